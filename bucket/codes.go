@@ -1,0 +1,100 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Code is a stable, user-visible error code "DEED-Ennn". Codes are defined
+// here, in the lowest package, because every layer (bucket, owner,
+// replication, the CLI) returns them and they must never be renumbered.
+type Code string
+
+// The stable codes (DESIGN.md, "Stable error codes"). Add, never renumber.
+const (
+	CodeInvalidName  Code = "DEED-E001" // invalid cell or node name
+	CodeContract     Code = "DEED-E010" // store fails the conditional-write contract
+	CodeUnavailable  Code = "DEED-E011" // store unreachable / transient store error
+	CodeAmbiguous    Code = "DEED-E012" // ambiguous outcome could not be resolved
+	CodeHeld         Code = "DEED-E020" // cell held by a live node
+	CodeSuperseded   Code = "DEED-E021" // lease lost: superseded by a newer epoch
+	CodeReleased     Code = "DEED-E022" // lease already released
+	CodeInvalidLease Code = "DEED-E023" // invalid (zero or forged) lease
+	CodeNotHolder    Code = "DEED-E024" // not the holder
+	CodeNodeFenced   Code = "DEED-E025" // node fenced: node lease not renewed in time
+	CodeCorruptOwner Code = "DEED-E030" // corrupt ownership record
+	CodeCorruptTx    Code = "DEED-E031" // corrupt or truncated transaction file
+	CodeBadRequest   Code = "DEED-E040" // request too large / bad request
+	CodeUnauthorized Code = "DEED-E041" // unauthorized
+)
+
+// ExitStatus is the CLI exit status for a code: 0 ok, 1 error, 2 bad input,
+// 3 fenced, 4 held / not holder, 5 store fails the contract.
+func (c Code) ExitStatus() int {
+	switch c {
+	case "":
+		return 0
+	case CodeInvalidName, CodeInvalidLease, CodeBadRequest, CodeUnauthorized:
+		return 2
+	case CodeSuperseded, CodeReleased, CodeNodeFenced:
+		return 3
+	case CodeHeld, CodeNotHolder:
+		return 4
+	case CodeContract:
+		return 5
+	default:
+		return 1
+	}
+}
+
+// Error is an error carrying a stable code. Its message starts with the code
+// so that logs, CLI output and HTTP bodies all lead with it.
+type Error struct {
+	Code Code
+	Msg  string
+	Err  error
+}
+
+// Errorf makes a coded error. A %w verb in format wraps the cause.
+func Errorf(code Code, format string, args ...any) *Error {
+	err := fmt.Errorf(format, args...)
+	return &Error{Code: code, Msg: err.Error(), Err: errors.Unwrap(err)}
+}
+
+func (e *Error) Error() string {
+	if strings.HasPrefix(e.Msg, string(e.Code)) {
+		return e.Msg
+	}
+	return string(e.Code) + " " + e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches another *Error with the same code, so callers can write
+// errors.Is(err, &bucket.Error{Code: bucket.CodeSuperseded}).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Msg == ""
+}
+
+// CodeOf returns the code of the outermost coded error in err's chain, else
+// the code implied by a storage error, else CodeUnavailable (exit status 1);
+// "" only for a nil error.
+func CodeOf(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var ce interface{ ErrorCode() Code }
+	var de *Error
+	if errors.As(err, &de) {
+		return de.Code
+	}
+	if errors.As(err, &ce) {
+		return ce.ErrorCode()
+	}
+	return CodeUnavailable
+}
+
+// ErrorCode lets *Error satisfy the same interface as *OpError.
+func (e *Error) ErrorCode() Code { return e.Code }

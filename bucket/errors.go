@@ -1,0 +1,107 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Use errors.Is; the concrete error is an *OpError that says
+// which operation, key and HTTP status produced it.
+var (
+	// ErrNotFound: the key does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrPrecondition: 412, the condition did not hold and nothing was written.
+	ErrPrecondition = errors.New("precondition failed")
+	// ErrConflict: 409 ConditionalRequestConflict; nothing was written.
+	ErrConflict = errors.New("conditional request conflict")
+	// ErrAmbiguous: a conditional write whose outcome is unknown. It may have
+	// landed. Never retry it blindly: read the key back.
+	ErrAmbiguous = errors.New("ambiguous outcome")
+	// ErrUnavailable: a transient store error on a read or an unconditional
+	// write (5xx, SlowDown, timeout, connection refused). Safe to retry.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrUnsupported: the store rejected the request as not implemented
+	// (for example a conditional DELETE on an older store).
+	ErrUnsupported = errors.New("not supported by store")
+	// ErrAccessDenied: wrong credentials or missing permissions.
+	ErrAccessDenied = errors.New("access denied")
+)
+
+// OpError is the error every Bucket implementation returns. Kind is one of
+// the sentinels above; errors.Is(err, ErrPrecondition) and friends match it.
+type OpError struct {
+	Op     string // "get", "head", "put", "delete", "list"
+	Key    string
+	Kind   error
+	Status int    // HTTP status, 0 when none was received
+	Code   string // S3 error code, when the store sent one
+	Err    error  // underlying cause, may be nil
+}
+
+func (e *OpError) Error() string {
+	msg := fmt.Sprintf("%s %s: %v", e.Op, e.Key, e.Kind)
+	if e.Status != 0 || e.Code != "" {
+		msg += fmt.Sprintf(" (%d %s)", e.Status, e.Code)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is matches the sentinel kind.
+func (e *OpError) Is(target error) bool { return target == e.Kind }
+
+// Unwrap exposes the cause (a context error, a network error).
+func (e *OpError) Unwrap() error { return e.Err }
+
+// ErrorCode maps the kind of a storage error to deed's stable code. The
+// caller wraps errors with this code when a storage error reaches a user.
+func (e *OpError) ErrorCode() Code {
+	switch e.Kind {
+	case ErrAmbiguous:
+		return CodeAmbiguous
+	case ErrAccessDenied:
+		return CodeUnauthorized
+	default:
+		return CodeUnavailable
+	}
+}
+
+// Classify is the single place that turns a transport outcome into a typed
+// error. status is the HTTP status (0 if no response arrived), code the S3
+// error code, cond the write's condition, and cause the underlying error.
+//
+// Rules (the quirks table in quirks.go documents the store-specific ones):
+//   - 412 → ErrPrecondition.
+//   - 409 ConditionalRequestConflict (or any 409 on a conditional write) → ErrConflict.
+//   - 404 on a Put/Delete with If-Match → ErrPrecondition for a Put (AWS
+//     answers If-Match on a missing key with 404: the version we expected is
+//     gone, which is what 412 means) and ErrNotFound for a Delete.
+//   - 404 on reads → ErrNotFound.
+//   - 403 → ErrAccessDenied; 501 → ErrUnsupported.
+//   - anything else on a conditional write → ErrAmbiguous; on a read or
+//     unconditional write → ErrUnavailable.
+func Classify(op, key string, cond Condition, status int, code string, cause error) *OpError {
+	e := &OpError{Op: op, Key: key, Status: status, Code: code, Err: cause}
+	write := op == "put" || op == "delete"
+	switch {
+	case status == 412:
+		e.Kind = ErrPrecondition
+	case status == 409 && (code == "ConditionalRequestConflict" || (write && cond.Conditional())):
+		e.Kind = ErrConflict
+	case status == 404 && op == "put" && cond.Kind == CondIfMatch:
+		e.Kind = ErrPrecondition
+	case status == 404 && code != "NoSuchBucket":
+		e.Kind = ErrNotFound
+	case status == 403 || status == 401:
+		e.Kind = ErrAccessDenied
+	case status == 501:
+		e.Kind = ErrUnsupported
+	case write && cond.Conditional():
+		e.Kind = ErrAmbiguous
+	default:
+		e.Kind = ErrUnavailable
+	}
+	return e
+}

@@ -1,0 +1,109 @@
+package owner
+
+import (
+	"context"
+	"sync"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// Lease is the capability to act as a cell's owner for one epoch.
+//
+// Only a successful claim constructs one (its fields are unexported, and the
+// zero value is refused with DEED-E023), data-path calls borrow it, and
+// Release consumes it. Once it has ended for any reason, Done is closed and
+// Err says why; it never becomes valid again. A Lease does not make writes
+// safe by itself — the epoch-fenced layout does — but it lets a holder learn
+// early that it should stop.
+type Lease struct {
+	cell  string
+	epoch uint64
+	node  string
+	nonce string
+	etag  string // own.json's ETag as written by the claim
+	rel   releaser
+
+	once sync.Once
+	mu   sync.Mutex
+	done chan struct{}
+	err  error
+}
+
+// releaser writes the released record; implemented by *Node.
+type releaser interface {
+	releaseLease(ctx context.Context, l *Lease) error
+}
+
+// Cell is the cell this lease owns.
+func (l *Lease) Cell() string { return l.cell }
+
+// Epoch is the claim's epoch; the cell's data for it lives under ltx/e<epoch>/.
+func (l *Lease) Epoch() uint64 { return l.epoch }
+
+// Node is the node id that holds the lease.
+func (l *Lease) Node() string { return l.node }
+
+// Token is the claim's nonce: unique per claim, so it identifies the writer
+// incarnation (two claims of one epoch are impossible, but a restarted node
+// re-entering its cell gets a new token and a new epoch).
+func (l *Lease) Token() string { return l.nonce }
+
+// Done is closed when the lease ends: released, superseded or node fenced.
+func (l *Lease) Done() <-chan struct{} {
+	if l == nil || l.done == nil {
+		return closedChan
+	}
+	return l.done
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Err is nil while the lease is valid. After it ends it is a *bucket.Error
+// with DEED-E022 (released), DEED-E021 (superseded) or DEED-E025 (node
+// fenced). A zero or nil lease reports DEED-E023.
+func (l *Lease) Err() error {
+	if l == nil || l.done == nil {
+		return errInvalidLease
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+var errInvalidLease = bucket.Errorf(bucket.CodeInvalidLease, "invalid lease: not minted by a claim")
+
+// Check returns the error a data-path call must fail with when it is handed
+// this lease: nil only for a live lease minted by a claim.
+func (l *Lease) Check() error { return l.Err() }
+
+// Supersede ends the lease because a newer epoch fenced it (the data path
+// found a seal or tombstone at its own slot). cause is kept for diagnosis.
+func (l *Lease) Supersede(cause error) {
+	l.end(bucket.Errorf(bucket.CodeSuperseded, "lease lost: cell %s epoch %d superseded: %w", l.cell, l.epoch, cause))
+}
+
+// end records the first reason the lease ended and closes Done.
+func (l *Lease) end(err error) {
+	if l == nil || l.done == nil {
+		return
+	}
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.err = err
+		l.mu.Unlock()
+		close(l.done)
+	})
+}
+
+// Release writes the released record (If-Match on the claim's ETag) and ends
+// the lease. If the record changed meanwhile, the lease ends as superseded
+// and Release returns DEED-E021. Releasing twice returns DEED-E022.
+//
+// A log opened on the lease must be closed (sealed) first; the daemon and
+// With do this in that order.
+func (l *Lease) Release(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return l.rel.releaseLease(ctx, l)
+}
