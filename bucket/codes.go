@@ -98,3 +98,16 @@ func CodeOf(err error) Code {
 
 // ErrorCode lets *Error satisfy the same interface as *OpError.
 func (e *Error) ErrorCode() Code { return e.Code }
+
+// Wrap adds context to err and keeps the code first in the message, so that
+// wrapping never buries it: Wrap(err, "claim %s", cell) reads
+// "DEED-E020 claim c: cell c is held by ...". The result unwraps to err, so
+// errors.Is and errors.As see through it. Wrap(nil, ...) is nil.
+func Wrap(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	code := CodeOf(err)
+	msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), string(code)), " ")
+	return &Error{Code: code, Msg: string(code) + " " + fmt.Sprintf(format, args...) + ": " + msg, Err: err}
+}

@@ -32,6 +32,7 @@ type Lease struct {
 // releaser writes the released record; implemented by *Node.
 type releaser interface {
 	releaseLease(ctx context.Context, l *Lease) error
+	forget(l *Lease)
 }
 
 // Cell is the cell this lease owns.
@@ -92,6 +93,9 @@ func (l *Lease) end(err error) {
 		l.err = err
 		l.mu.Unlock()
 		close(l.done)
+		if l.rel != nil {
+			l.rel.forget(l)
+		}
 	})
 }
 

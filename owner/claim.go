@@ -1,0 +1,330 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// ClaimOptions modify a claim.
+type ClaimOptions struct {
+	// Force overrides the owner's liveness (and a corrupt record). It is an
+	// operator action: safe for data, because the new owner seals the old
+	// epoch before writing, but it cuts a live owner off mid-work.
+	Force bool
+}
+
+// HeldError is DEED-E020: a live node holds the cell.
+type HeldError struct {
+	Cell  string
+	Owner string
+	Addr  string
+	Epoch uint64
+}
+
+func (e *HeldError) Error() string {
+	addr := e.Addr
+	if addr == "" {
+		addr = "unknown address"
+	}
+	return fmt.Sprintf("%s cell %s is held by live node %s (%s) at epoch %d", bucket.CodeHeld, e.Cell, e.Owner, addr, e.Epoch)
+}
+
+// ErrorCode makes bucket.CodeOf report DEED-E020.
+func (e *HeldError) ErrorCode() bucket.Code { return bucket.CodeHeld }
+
+// Claim makes this node the owner of cell for a new epoch, following
+// DESIGN.md: create when absent; take over (If-Match, epoch+1) when
+// released, when the record names this node, or when its owner is dead;
+// refuse with DEED-E020 otherwise unless forced.
+//
+// A 412 means someone wrote between our read and our write: read and
+// decide again (bounded). A 409 backs off first. Any other failure of the
+// conditional write is ambiguous — it may have landed — so the record is
+// read back: if it carries our nonce the claim applied, else decide again.
+// The claim is never applied twice, because each attempt's If-Match names
+// the version it read.
+func (n *Node) Claim(ctx context.Context, cell string, opts ClaimOptions) (*Lease, error) {
+	if err := ValidateName("cell", cell); err != nil {
+		return nil, err
+	}
+	if err := n.Err(); err != nil {
+		return nil, bucket.Wrap(err, "claim %s", cell)
+	}
+	l, reason, err := n.claim(ctx, cell, opts)
+	if n.cfg.Hooks.Claim != nil {
+		result := "ok"
+		switch bucket.CodeOf(err) {
+		case "":
+		case bucket.CodeHeld:
+			result = "held"
+		case bucket.CodeCorruptOwner:
+			result = "corrupt"
+		default:
+			result = "error"
+		}
+		n.cfg.Hooks.Claim(cell, result, reason)
+	}
+	return l, err
+}
+
+func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Lease, string, error) {
+	key := CellKey(cell)
+	p := n.cfg.params()
+	var lastErr error
+	for attempt := 0; attempt < n.cfg.ClaimAttempts; attempt++ {
+		cur, etag, err := n.read(ctx, cell)
+		if err != nil {
+			return nil, "", bucket.Wrap(err, "claim %s", cell)
+		}
+		var owner Observation
+		if cur.Exists && !cur.Corrupt && !cur.Record.Released() && cur.Record.Node != n.cfg.Name {
+			if owner, err = n.obs.Observe(ctx, cur.Record.Node); err != nil {
+				return nil, "", bucket.Wrap(err, "claim %s", cell)
+			}
+		}
+		if cur.Corrupt && opts.Force {
+			if cur.DataEpoch, err = newestDataEpoch(ctx, n.b, cell); err != nil {
+				return nil, "", bucket.Wrap(err, "claim %s", cell)
+			}
+		}
+		d := Decide(cur, n.cfg.Name, owner, time.Now(), p, opts.Force)
+		switch d.Action {
+		case RefuseCorrupt:
+			return nil, d.Reason, bucket.Wrap(cur.parseErr(key), "claim %s", cell)
+		case Refuse:
+			return nil, d.Reason, &HeldError{Cell: cell, Owner: cur.Record.Node, Addr: owner.Addr, Epoch: cur.Record.Epoch}
+		}
+		rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli()}
+		body := rec.marshal()
+		cond := bucket.IfAbsent
+		if cur.Exists {
+			cond = bucket.IfMatch(etag)
+		}
+		newETag, err := n.b.Put(ctx, key, body, cond)
+		switch {
+		case err == nil:
+		case errors.Is(err, bucket.ErrPrecondition):
+			lastErr = err
+			n.log.Debug("claim raced; deciding again", "cell", cell, "attempt", attempt)
+			continue
+		case errors.Is(err, bucket.ErrConflict):
+			lastErr = err
+			if err := sleepCtx(ctx, backoffStep(p)<<min(attempt, 5)); err != nil {
+				return nil, "", bucket.Wrap(err, "claim %s", cell)
+			}
+			continue
+		default:
+			// Ambiguous (or transient): the write may have landed.
+			lastErr = err
+			applied, got, rerr := n.reconcile(ctx, key, rec)
+			if rerr != nil {
+				return nil, "", bucket.Errorf(bucket.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr)
+			}
+			if !applied {
+				continue
+			}
+			newETag = got
+		}
+		l := n.mint(cell, rec, newETag)
+		n.log.Info("claimed", "cell", cell, "epoch", rec.Epoch, "reason", d.Reason, "prev_node", cur.Record.Node)
+		return l, d.Reason, nil
+	}
+	return nil, "", bucket.Errorf(bucket.CodeUnavailable, "claim %s: gave up after %d attempts: %w", cell, n.cfg.ClaimAttempts, lastErr)
+}
+
+// read returns own.json as a Current plus its ETag.
+func (n *Node) read(ctx context.Context, cell string) (Current, string, error) {
+	key := CellKey(cell)
+	obj, err := n.b.Get(ctx, key)
+	switch {
+	case errors.Is(err, bucket.ErrNotFound):
+		return Current{}, "", nil
+	case err != nil:
+		return Current{}, "", err
+	}
+	rec, perr := ParseRecord(key, obj.Body)
+	return Current{Exists: true, Corrupt: perr != nil, Record: rec}, obj.ETag, nil
+}
+
+func (c Current) parseErr(key string) error {
+	return bucket.Errorf(bucket.CodeCorruptOwner, "corrupt ownership record %s (use force to overwrite it)", key)
+}
+
+// reconcile reads the record back after an ambiguous write: it applied iff
+// the record carries our nonce. Reads are retried with backoff; an error
+// means the outcome could not be learned.
+func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, string, error) {
+	var err error
+	for i := 0; i < 6; i++ {
+		var obj bucket.Object
+		obj, err = n.b.Get(ctx, key)
+		switch {
+		case err == nil:
+			rec, perr := ParseRecord(key, obj.Body)
+			return perr == nil && rec.Nonce == want.Nonce && rec.Epoch == want.Epoch, obj.ETag, nil
+		case errors.Is(err, bucket.ErrNotFound):
+			return false, "", nil
+		}
+		if serr := sleepCtx(ctx, backoffStep(n.cfg.params())<<i); serr != nil {
+			return false, "", serr
+		}
+	}
+	return false, "", err
+}
+
+// mint constructs the lease for a claim that applied. A lease this node
+// already held on the cell is superseded: re-entry fences it.
+func (n *Node) mint(cell string, rec Record, etag string) *Lease {
+	l := &Lease{cell: cell, epoch: rec.Epoch, node: rec.Node, nonce: rec.Nonce, etag: etag, rel: n, done: make(chan struct{})}
+	n.mu.Lock()
+	old := n.held[cell]
+	n.held[cell] = l
+	n.mu.Unlock()
+	if old != nil {
+		old.end(bucket.Errorf(bucket.CodeSuperseded, "lease lost: cell %s epoch %d superseded by re-entry at epoch %d", cell, old.epoch, rec.Epoch))
+	}
+	return l
+}
+
+// releaseLease writes {node:"", epoch} with If-Match on the claim's ETag.
+func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
+	key := CellKey(l.cell)
+	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli()}
+	_, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
+	switch {
+	case err == nil:
+	case errors.Is(err, bucket.ErrPrecondition):
+		l.Supersede(fmt.Errorf("own.json changed since the claim"))
+		return l.Err()
+	default:
+		applied, _, rerr := n.reconcile(ctx, key, rec)
+		if rerr != nil {
+			return bucket.Errorf(bucket.CodeAmbiguous, "release %s: outcome unknown: %v (read back: %w)", l.cell, err, rerr)
+		}
+		if !applied {
+			// Either it did not land (the record is still ours: the lease
+			// stays valid, the caller may retry) or someone took over.
+			if cur, etag, rerr := n.read(ctx, l.cell); rerr == nil && bucket.SameETag(etag, l.etag) && cur.Exists {
+				return bucket.Wrap(err, "release %s", l.cell)
+			}
+			l.Supersede(fmt.Errorf("own.json changed since the claim"))
+			return l.Err()
+		}
+	}
+	l.end(bucket.Errorf(bucket.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
+	n.log.Info("released", "cell", l.cell, "epoch", l.epoch)
+	return nil
+}
+
+// With claims cell, runs fn with the lease, and always releases it, so a
+// lease cannot be leaked by forgetting. fn's error wins over the release's.
+// fn should watch l.Done() if it runs long: the lease can end under it.
+func (n *Node) With(ctx context.Context, cell string, fn func(*Lease) error) (err error) {
+	l, err := n.Claim(ctx, cell, ClaimOptions{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if l.Err() != nil {
+			return // already ended: superseded or fenced
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.TTL)
+		defer rcancel()
+		if rerr := l.Release(rctx); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	return fn(l)
+}
+
+// ReleaseCell releases cell on behalf of node without a Lease in hand (the
+// CLI's `deed release`). It refuses with DEED-E024 when node is not the
+// holder, unless force is set. Releasing a released cell is a no-op.
+func ReleaseCell(ctx context.Context, b bucket.Bucket, cell, node string, force bool) (Record, error) {
+	if err := ValidateName("cell", cell); err != nil {
+		return Record{}, err
+	}
+	key := CellKey(cell)
+	for attempt := 0; attempt < 8; attempt++ {
+		obj, err := b.Get(ctx, key)
+		if errors.Is(err, bucket.ErrNotFound) {
+			return Record{}, bucket.Errorf(bucket.CodeNotHolder, "release %s: cell was never claimed", cell)
+		}
+		if err != nil {
+			return Record{}, bucket.Wrap(err, "release %s", cell)
+		}
+		cur, perr := ParseRecord(key, obj.Body)
+		switch {
+		case perr != nil && !force:
+			return Record{}, bucket.Wrap(perr, "release %s", cell)
+		case perr == nil && cur.Released():
+			return cur, nil
+		case perr == nil && cur.Node != node && !force:
+			return cur, bucket.Errorf(bucket.CodeNotHolder, "release %s: not the holder: held by %s at epoch %d, not %s", cell, cur.Node, cur.Epoch, node)
+		}
+		rec := Record{Node: "", Epoch: cur.Epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli()}
+		if perr != nil {
+			rec.Epoch = 1 // a forced release of garbage: the next claim starts above the data anyway
+			if e, err := newestDataEpoch(ctx, b, cell); err == nil && e > 0 {
+				rec.Epoch = e
+			}
+		}
+		_, err = b.Put(ctx, key, rec.marshal(), bucket.IfMatch(obj.ETag))
+		switch {
+		case err == nil:
+			return rec, nil
+		case errors.Is(err, bucket.ErrPrecondition), errors.Is(err, bucket.ErrConflict):
+			continue
+		default:
+			got, gerr := b.Get(ctx, key)
+			if gerr == nil {
+				if r, perr := ParseRecord(key, got.Body); perr == nil && r.Nonce == rec.Nonce {
+					return rec, nil
+				}
+				continue
+			}
+			return Record{}, bucket.Errorf(bucket.CodeAmbiguous, "release %s: outcome unknown: %v", cell, err)
+		}
+	}
+	return Record{}, bucket.Errorf(bucket.CodeUnavailable, "release %s: record kept changing", cell)
+}
+
+// Inspect reads a cell's ownership record. exists is false for a cell never
+// claimed; a corrupt record is DEED-E030.
+func Inspect(ctx context.Context, b bucket.Bucket, cell string) (rec Record, exists bool, err error) {
+	if err := ValidateName("cell", cell); err != nil {
+		return Record{}, false, err
+	}
+	obj, err := b.Get(ctx, CellKey(cell))
+	if errors.Is(err, bucket.ErrNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, bucket.Wrap(err, "inspect %s", cell)
+	}
+	rec, err = ParseRecord(CellKey(cell), obj.Body)
+	return rec, err == nil, err
+}
+
+// newestDataEpoch lists cells/<cell>/ltx/ for e<N>/ directories.
+func newestDataEpoch(ctx context.Context, b bucket.Bucket, cell string) (uint64, error) {
+	prefix := CellPrefix(cell) + "ltx/"
+	page, err := bucket.ListAll(ctx, b, bucket.ListInput{Prefix: prefix, Delimiter: "/"})
+	if err != nil {
+		return 0, fmt.Errorf("list epochs of %s: %w", cell, err)
+	}
+	var newest uint64
+	for _, p := range page.Prefixes {
+		s := strings.TrimSuffix(strings.TrimPrefix(p, prefix+"e"), "/")
+		if e, err := strconv.ParseUint(s, 10, 64); err == nil && e > newest {
+			newest = e
+		}
+	}
+	return newest, nil
+}

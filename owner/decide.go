@@ -1,0 +1,150 @@
+package owner
+
+import (
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// Action is what a claim decided to do.
+type Action int
+
+const (
+	// Create the record with If-None-Match: the cell has never been claimed.
+	Create Action = iota + 1
+	// Take the record over with If-Match and epoch+1.
+	Take
+	// Refuse: a live node holds the cell.
+	Refuse
+	// RefuseCorrupt: the record does not parse and the claim is not forced.
+	RefuseCorrupt
+)
+
+func (a Action) String() string {
+	switch a {
+	case Create:
+		return "create"
+	case Take:
+		return "take"
+	case Refuse:
+		return "refuse"
+	case RefuseCorrupt:
+		return "refuse-corrupt"
+	}
+	return "unknown"
+}
+
+// Current is what a claimer read of own.json.
+type Current struct {
+	Exists  bool
+	Corrupt bool // exists but does not parse
+	Record  Record
+	// DataEpoch is the newest epoch directory under the cell's ltx/ prefix;
+	// read only for a forced claim of a corrupt record.
+	DataEpoch uint64
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Action Action
+	// Epoch is the epoch to write (for Create and Take).
+	Epoch uint64
+	// Reason says why: "absent", "released", "re-entry", "owner-dead",
+	// "forced", "owner-alive" or "corrupt". It feeds logs and metrics.
+	Reason string
+}
+
+// Decide is the claim rule of DESIGN.md as a pure function of what was read
+// (cur), who is asking (me), what is known of the owner's liveness (owner,
+// judged at now) and whether an operator forces the claim.
+func Decide(cur Current, me string, owner Observation, now time.Time, p Params, force bool) Decision {
+	switch {
+	case !cur.Exists:
+		return Decision{Action: Create, Epoch: 1, Reason: "absent"}
+	case cur.Corrupt && !force:
+		return Decision{Action: RefuseCorrupt, Reason: "corrupt"}
+	case cur.Corrupt:
+		// The record's epoch is unreadable. Start above the newest epoch
+		// that holds data, so the new owner's seals fence every writer whose
+		// data exists. (A lost owner that never wrote cannot be fenced by
+		// an epoch nobody can read: that is why this needs force.)
+		return Decision{Action: Take, Epoch: cur.DataEpoch + 1, Reason: "forced"}
+	}
+	next := cur.Record.Epoch + 1
+	switch {
+	case cur.Record.Released():
+		return Decision{Action: Take, Epoch: next, Reason: "released"}
+	case cur.Record.Node == me:
+		return Decision{Action: Take, Epoch: next, Reason: "re-entry"}
+	case !Alive(owner, now, p):
+		return Decision{Action: Take, Epoch: next, Reason: "owner-dead"}
+	case force:
+		return Decision{Action: Take, Epoch: next, Reason: "forced"}
+	}
+	return Decision{Action: Refuse, Reason: "owner-alive"}
+}
+
+// Params are the liveness timings shared by a deployment.
+type Params struct {
+	TTL    time.Duration
+	Margin time.Duration
+}
+
+// Observation is what an observer knows of one node lease: whether it
+// exists, its ETag, and when this process first saw that ETag on its own
+// monotonic clock. The writer's at_ms is deliberately absent: liveness never
+// compares two machines' clocks.
+type Observation struct {
+	Node      string
+	Exists    bool
+	Released  bool
+	ETag      string
+	FirstSeen time.Time // local clock, with its monotonic reading
+	Addr      string
+	// Incarnation of the node process that wrote the lease.
+	Incarnation string
+}
+
+// Alive is client-go's rule: a node is dead when its lease is missing,
+// released, or its ETag has been seen unchanged for longer than TTL+margin
+// of the observer's own time. A node that fences itself at TTL−margin after
+// its last successful send is therefore always fenced before any observer
+// may call it dead.
+func Alive(o Observation, now time.Time, p Params) bool {
+	if !o.Exists || o.Released {
+		return false
+	}
+	return now.Sub(o.FirstSeen) <= p.TTL+p.Margin
+}
+
+// FenceDeadline is when a node that last renewed successfully with a request
+// sent at lastSend must stop acting as owner.
+func FenceDeadline(lastSend time.Time, p Params) time.Time {
+	return lastSend.Add(p.TTL - p.Margin)
+}
+
+// RenewTimeout bounds one renewal attempt: half the time left before the
+// fence, within [floor, TTL/3], so a hung request cannot use up the budget
+// for retries but a slow store still gets a fair chance.
+func RenewTimeout(now, deadline time.Time, p Params) time.Duration {
+	left := deadline.Sub(now) / 2
+	floor := p.TTL / 50
+	if floor < 50*time.Millisecond {
+		floor = 50 * time.Millisecond
+	}
+	if left < floor {
+		left = floor
+	}
+	if ceil := p.TTL / 3; left > ceil {
+		left = ceil
+	}
+	return left
+}
+
+// Validate checks margin < TTL/3 < TTL.
+func (p Params) Validate() error {
+	if p.TTL <= 0 || p.Margin < 0 || p.Margin >= p.TTL/3 {
+		return bucket.Errorf(bucket.CodeBadRequest, "invalid timings: need 0 <= margin (%v) < ttl/3 (%v)", p.Margin, p.TTL/3)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package owner
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+func TestDecide(t *testing.T) {
+	p := Params{TTL: 10 * time.Second, Margin: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	live := Observation{Node: "b", Exists: true, ETag: "x", FirstSeen: t0, Addr: "b:1"}
+	rec := func(node string, epoch uint64) Current {
+		return Current{Exists: true, Record: Record{Node: node, Epoch: epoch, Nonce: "n"}}
+	}
+	cases := []struct {
+		name   string
+		cur    Current
+		owner  Observation
+		now    time.Time
+		force  bool
+		action Action
+		epoch  uint64
+		reason string
+	}{
+		{"absent", Current{}, Observation{}, t0, false, Create, 1, "absent"},
+		{"released", rec("", 4), Observation{}, t0, false, Take, 5, "released"},
+		{"re-entry", rec("a", 4), Observation{}, t0, false, Take, 5, "re-entry"},
+		{"owner alive", rec("b", 4), live, t0.Add(5 * time.Second), false, Refuse, 0, "owner-alive"},
+		{"owner alive at exactly ttl+margin", rec("b", 4), live, t0.Add(11 * time.Second), false, Refuse, 0, "owner-alive"},
+		{"owner unchanged past ttl+margin", rec("b", 4), live, t0.Add(11*time.Second + time.Nanosecond), false, Take, 5, "owner-dead"},
+		{"owner lease missing", rec("b", 4), Observation{Node: "b"}, t0, false, Take, 5, "owner-dead"},
+		{"owner lease released", rec("b", 4), Observation{Node: "b", Exists: true, Released: true, FirstSeen: t0}, t0, false, Take, 5, "owner-dead"},
+		{"forced over live owner", rec("b", 4), live, t0, true, Take, 5, "forced"},
+		{"corrupt", Current{Exists: true, Corrupt: true}, Observation{}, t0, false, RefuseCorrupt, 0, "corrupt"},
+		{"corrupt forced", Current{Exists: true, Corrupt: true, DataEpoch: 9}, Observation{}, t0, true, Take, 10, "forced"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(c.cur, "a", c.owner, c.now, p, c.force)
+			if d.Action != c.action || d.Epoch != c.epoch || d.Reason != c.reason {
+				t.Fatalf("Decide = %+v, want %v epoch %d reason %q", d, c.action, c.epoch, c.reason)
+			}
+		})
+	}
+}
+
+func TestAliveIgnoresWriterClock(t *testing.T) {
+	// The observation has no writer timestamp at all; this pins the rule:
+	// only the observer's own first-sight time matters.
+	p := Params{TTL: 10 * time.Second, Margin: time.Second}
+	now := time.Now()
+	o := Observation{Exists: true, ETag: "e", FirstSeen: now}
+	if !Alive(o, now.Add(p.TTL+p.Margin), p) || Alive(o, now.Add(p.TTL+p.Margin+1), p) {
+		t.Fatal("Alive must flip exactly after TTL+margin of the observer's time")
+	}
+	// Fence happens strictly before death for any send time <= first sight.
+	send := now.Add(-3 * time.Second)
+	if !FenceDeadline(send, p).Before(now.Add(p.TTL + p.Margin)) {
+		t.Fatal("fence deadline must precede the earliest death verdict")
+	}
+}
+
+func TestParamsValidate(t *testing.T) {
+	for _, c := range []struct {
+		ttl, margin time.Duration
+		ok          bool
+	}{
+		{10 * time.Second, time.Second, true},
+		{10 * time.Second, 0, true},
+		{10 * time.Second, 4 * time.Second, false}, // margin >= ttl/3
+		{0, 0, false},
+		{3 * time.Second, time.Second, false}, // margin == ttl/3
+	} {
+		err := Params{TTL: c.ttl, Margin: c.margin}.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("ttl %v margin %v: err = %v, want ok=%v", c.ttl, c.margin, err, c.ok)
+		}
+	}
+}
+
+func TestRenewTimeout(t *testing.T) {
+	p := Params{TTL: 10 * time.Second, Margin: time.Second}
+	now := time.Now()
+	if got := RenewTimeout(now, now.Add(9*time.Second), p); got != p.TTL/3 {
+		t.Errorf("far from deadline: %v, want ceiling %v", got, p.TTL/3)
+	}
+	if got := RenewTimeout(now, now.Add(2*time.Second), p); got != time.Second {
+		t.Errorf("2s before deadline: %v, want half of it", got)
+	}
+	if got := RenewTimeout(now, now.Add(time.Millisecond), p); got != 200*time.Millisecond {
+		t.Errorf("at deadline: %v, want floor", got)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	good := []string{"a", "tenant-42", "A.b_c-d", strings.Repeat("x", 200), "..."}
+	bad := []string{"", ".", "..", "a/b", "a b", "ü", strings.Repeat("x", 201), "a\x00", "cell*"}
+	for _, n := range good {
+		if err := ValidateName("cell", n); err != nil {
+			t.Errorf("%q: unexpected %v", n, err)
+		}
+	}
+	for _, n := range bad {
+		err := ValidateName("cell", n)
+		if bucket.CodeOf(err) != bucket.CodeInvalidName || !strings.HasPrefix(err.Error(), "DEED-E001") {
+			t.Errorf("%q: got %v, want DEED-E001", n, err)
+		}
+	}
+}
+
+func TestParseRecord(t *testing.T) {
+	for _, body := range []string{"", "{", "[]", `{"node":"a"}`, `{"node":"a/b","epoch":1,"nonce":"x"}`, `{"node":"a","epoch":0,"nonce":"x"}`} {
+		if _, err := ParseRecord("k", []byte(body)); bucket.CodeOf(err) != bucket.CodeCorruptOwner {
+			t.Errorf("%q: got %v, want DEED-E030", body, err)
+		}
+	}
+	r, err := ParseRecord("k", []byte(`{"node":"","epoch":3,"nonce":"x","at_ms":1}`))
+	if err != nil || !r.Released() || r.Epoch != 3 {
+		t.Fatalf("released record: %+v %v", r, err)
+	}
+}

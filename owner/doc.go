@@ -1,0 +1,62 @@
+// Package owner decides who owns a cell, using nothing but conditional
+// writes to one object per cell.
+//
+// # Ownership records
+//
+// A cell's owner is recorded in cells/<cell>/own.json:
+//
+//	{"node":"a","epoch":7,"nonce":"…","at_ms":…}
+//
+// node "" means released. Every claim writes a new epoch; the data path
+// (package replication) writes the cell's data under ltx/e<epoch>/ and seals
+// older epochs before its first write, so an owner that was replaced cannot
+// add anything a reader will see. The record says who should write; the
+// layout guarantees that only one epoch's writes count.
+//
+// # Claiming
+//
+// Claim reads own.json and decides, with the pure function Decide:
+//
+//   - absent: create {me, epoch 1} with If-None-Match: *.
+//   - released, or naming this node (a restart of the same node id): take it
+//     over with If-Match and epoch+1. Re-entry fences the previous
+//     incarnation, because its epoch is now old.
+//   - naming another node: take over only if that node is dead, or when the
+//     operator forces it; otherwise refuse with DEED-E020, naming the owner
+//     and its advertised address.
+//
+// A 412 means the record changed between read and write: decide again. A
+// 409 means a concurrent conditional write was in flight: back off first.
+// Anything else is ambiguous — the write may have landed — so the record is
+// read back and the claim counts as applied only if it carries our nonce.
+// Every body carries a fresh nonce, so two writes never have the same ETag.
+//
+// # Node liveness without comparing clocks
+//
+// A running node holds nodes/<node>.json and renews it every TTL/3 with
+// If-Match. If no renewal succeeded within TTL−margin of the send time of
+// the last good one, the node fences itself: every Lease it holds ends with
+// DEED-E025. A 412 on renewal (another process replaced the lease) fences
+// at once.
+//
+// Peers never read the writer's timestamp. An Observer records the ETag of
+// each node lease and the local monotonic time it first saw it; a node is
+// dead when its lease is missing, released, or unchanged for longer than
+// TTL+margin of the observer's own time. Since the observer's first sight
+// of an ETag is never before the renewal that wrote it was sent, the node
+// has always fenced itself (at send+TTL−margin) before any observer may call
+// it dead (at first-sight+TTL+margin), whatever the wall clocks say. One
+// LIST of nodes/ per TTL/3 refreshes every observation, so the steady-state
+// cost grows with nodes, not cells.
+//
+// # The Lease
+//
+// Only a successful claim mints a *Lease. Data-path calls take it as an
+// argument and refuse a zero, released, superseded or fenced one; Done
+// closes and Err says why (DEED-E022 released, DEED-E021 superseded,
+// DEED-E025 node fenced). With claims, runs a function and always releases.
+//
+// Clocks decide only when a peer may take over; safety rests on the
+// conditional writes and the seals, so a paused process or a skewed clock
+// can cost availability but never a promise.
+package owner

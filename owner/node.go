@@ -1,0 +1,473 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// Defaults for a node's timings.
+const (
+	DefaultTTL    = 10 * time.Second
+	DefaultMargin = time.Second
+)
+
+// Config configures a Node.
+type Config struct {
+	// Name is the node id, stable across restarts (a hostname, a pod name).
+	Name string
+	// Addr is the address peers should be sent to; stored in the node lease
+	// and reported in DEED-E020 errors.
+	Addr string
+	// TTL is the node lease's time to live (default 10s); it is renewed every
+	// TTL/3. Margin (default 1s, or TTL/10 when that is smaller) absorbs
+	// clock-rate differences: a node fences itself at TTL−margin after its
+	// last good renewal, peers declare it dead only after TTL+margin.
+	TTL, Margin time.Duration
+	// Logger receives structured logs with node, cell and epoch attributes.
+	Logger *slog.Logger
+	// ClaimAttempts bounds re-decisions after 412s and 409s (default 8).
+	ClaimAttempts int
+	// Hooks lets tests and metrics observe lifecycle events. Optional.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks; they must not block.
+type Hooks struct {
+	// Claim is called after every claim attempt finished: result is
+	// "ok", "held", "corrupt", "error"; reason is the Decision's reason.
+	Claim func(cell, result, reason string)
+	// Renew is called after every node-lease renewal attempt ("ok",
+	// "error", "replaced").
+	Renew func(result string)
+	// Fence is called once when the node fences itself, with the reason
+	// ("expired", "replaced", "deleted").
+	Fence func(reason string)
+}
+
+func (c *Config) params() Params { return Params{TTL: c.TTL, Margin: c.Margin} }
+
+// Node is one deed participant: a node id with a node lease, the cells it
+// holds, and an observer of its peers.
+//
+// A Node that is never opened can still claim (the CLI's one-shot claim),
+// but without a node lease it is dead to every observer at once, so its
+// claims hold only until someone else claims.
+type Node struct {
+	b           bucket.Bucket
+	cfg         Config
+	log         *slog.Logger
+	incarnation string
+	obs         *Observer
+
+	mu     sync.Mutex
+	held   map[string]*Lease
+	opened bool
+	closed bool
+	fenced chan struct{} // closed when the node fences or closes
+	ferr   error
+	etag   string // the node lease's current ETag
+	seq    uint64
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewNode validates cfg and returns a Node; it performs no I/O.
+func NewNode(b bucket.Bucket, cfg Config) (*Node, error) {
+	if err := ValidateName("node", cfg.Name); err != nil {
+		return nil, err
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = min(DefaultMargin, cfg.TTL/10)
+	}
+	if err := cfg.params().Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ClaimAttempts <= 0 {
+		cfg.ClaimAttempts = 8
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Node{
+		b:           b,
+		cfg:         cfg,
+		log:         cfg.Logger.With("node", cfg.Name),
+		incarnation: newNonce(),
+		obs:         NewObserver(b, cfg.params()),
+		held:        map[string]*Lease{},
+		fenced:      make(chan struct{}),
+	}, nil
+}
+
+// Name is the node id.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Incarnation identifies this process's run of the node id.
+func (n *Node) Incarnation() string { return n.incarnation }
+
+// Observer is the node's view of its peers.
+func (n *Node) Observer() *Observer { return n.obs }
+
+// Params are the node's liveness timings.
+func (n *Node) Params() Params { return n.cfg.params() }
+
+// Done is closed when the node stops acting as owner: fenced or closed.
+func (n *Node) Done() <-chan struct{} { return n.fenced }
+
+// Err is nil while the node is open (or was never opened); DEED-E025 after
+// it fenced, with the reason in the message.
+func (n *Node) Err() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ferr
+}
+
+// Held returns the leases this node holds now.
+func (n *Node) Held() []*Lease {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*Lease, 0, len(n.held))
+	for _, l := range n.held {
+		out = append(out, l)
+	}
+	return out
+}
+
+// Lease returns the live lease this node holds on cell, if any.
+func (n *Node) Lease(cell string) (*Lease, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l, ok := n.held[cell]
+	return l, ok
+}
+
+// Open creates the node lease and starts renewing it and observing peers.
+// If the lease exists, is not released and belongs to another incarnation,
+// Open watches it for TTL+margin: if it changes, a live process already runs
+// as this node and Open fails with DEED-E020; if it stays unchanged, that
+// process is dead and Open takes the lease over.
+func (n *Node) Open(ctx context.Context) error {
+	n.mu.Lock()
+	if n.opened || n.closed {
+		n.mu.Unlock()
+		return fmt.Errorf("open node %s: already opened", n.cfg.Name)
+	}
+	n.mu.Unlock()
+	sent, err := n.acquire(ctx)
+	if err != nil {
+		return bucket.Wrap(err, "open node %s", n.cfg.Name)
+	}
+	if err := n.obs.Refresh(ctx); err != nil {
+		n.log.Warn("initial peer observation failed", "err", err)
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.mu.Lock()
+	n.opened = true
+	n.cancel = cancel
+	n.mu.Unlock()
+	n.wg.Add(1)
+	go n.loop(lctx, sent)
+	n.log.Info("node opened", "incarnation", n.incarnation, "ttl", n.cfg.TTL)
+	return nil
+}
+
+// acquire creates or takes over nodes/<me>.json and returns the send time
+// of the write that succeeded: the fence deadline counts from it.
+func (n *Node) acquire(ctx context.Context) (time.Time, error) {
+	key := NodeKey(n.cfg.Name)
+	p := n.cfg.params()
+	var watchedSince time.Time
+	var watchedETag string
+	for {
+		obj, err := n.b.Get(ctx, key)
+		cond := bucket.IfAbsent
+		switch {
+		case errors.Is(err, bucket.ErrNotFound):
+		case err != nil:
+			return time.Time{}, err
+		default:
+			rec, perr := parseNodeRecord(key, obj.Body)
+			mine := perr == nil && rec.Incarnation == n.incarnation
+			if perr == nil && !rec.Released && !mine {
+				now := time.Now()
+				if watchedETag == "" || !bucket.SameETag(watchedETag, obj.ETag) {
+					if watchedETag != "" {
+						return time.Time{}, bucket.Errorf(bucket.CodeHeld, "node id %s is in use by a live process (incarnation %s, addr %s)", n.cfg.Name, rec.Incarnation, rec.Addr)
+					}
+					watchedETag, watchedSince = obj.ETag, now
+				}
+				if now.Sub(watchedSince) <= p.TTL+p.Margin {
+					n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
+					if err := sleepCtx(ctx, p.TTL/3); err != nil {
+						return time.Time{}, err
+					}
+					continue
+				}
+			}
+			n.mu.Lock()
+			n.seq = rec.Seq
+			n.mu.Unlock()
+			cond = bucket.IfMatch(obj.ETag)
+		}
+		sent := time.Now()
+		n.mu.Lock()
+		n.seq++
+		body := n.nodeRecord(false).marshal()
+		n.mu.Unlock()
+		etag, err := n.b.Put(ctx, key, body, cond)
+		switch {
+		case err == nil:
+		case errors.Is(err, bucket.ErrPrecondition):
+			continue // someone moved it: look again
+		case errors.Is(err, bucket.ErrConflict), errors.Is(err, bucket.ErrAmbiguous):
+			got, gerr := n.b.Get(ctx, key)
+			if gerr != nil || string(got.Body) != string(body) {
+				// Did not land, or cannot tell yet: back off, decide again.
+				if err := sleepCtx(ctx, backoffStep(p)); err != nil {
+					return time.Time{}, err
+				}
+				continue
+			}
+			etag = got.ETag
+		default:
+			return time.Time{}, err
+		}
+		n.mu.Lock()
+		n.etag = etag
+		n.mu.Unlock()
+		return sent, nil
+	}
+}
+
+// nodeRecord builds the lease body; n.mu must be held.
+func (n *Node) nodeRecord(released bool) NodeRecord {
+	return NodeRecord{Node: n.cfg.Name, Incarnation: n.incarnation, Addr: n.cfg.Addr,
+		TTLMS: n.cfg.TTL.Milliseconds(), Seq: n.seq, AtMS: time.Now().UnixMilli(), Released: released}
+}
+
+// loop renews the node lease every TTL/3, refreshes peer observations, and
+// fences the node when no renewal succeeded within TTL−margin of the send
+// time of the last good one. lastSend is the send time of the acquire.
+func (n *Node) loop(ctx context.Context, lastSend time.Time) {
+	defer n.wg.Done()
+	p := n.cfg.params()
+	interval := p.TTL / 3
+	next := lastSend.Add(interval)
+	backoff := p.TTL / 50
+	for {
+		deadline := FenceDeadline(lastSend, p)
+		wait := time.Until(next)
+		if d := time.Until(deadline); d < wait {
+			wait = d
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			n.fence("expired", fmt.Errorf("no renewal succeeded within ttl-margin (%v) of %v", p.TTL-p.Margin, lastSend.Format(time.RFC3339Nano)))
+			return
+		}
+		sent := now
+		rctx, cancel := context.WithTimeout(ctx, RenewTimeout(now, deadline, p))
+		result, err := n.renew(rctx)
+		cancel()
+		if n.cfg.Hooks.Renew != nil {
+			n.cfg.Hooks.Renew(result)
+		}
+		switch result {
+		case "ok":
+			lastSend = sent
+			next = sent.Add(interval)
+			backoff = p.TTL / 50
+			if err := n.obs.Refresh(ctx); err != nil && ctx.Err() == nil {
+				n.log.Warn("peer observation failed", "err", err)
+			}
+		case "replaced", "deleted":
+			n.fence(result, err)
+			return
+		default:
+			if ctx.Err() != nil {
+				return
+			}
+			// Retry promptly: two slow renewals in a row must not fence a
+			// node that still has authority.
+			n.log.Warn("node lease renewal failed; retrying", "err", err, "fence_in", time.Until(deadline))
+			next = time.Now().Add(backoff)
+			backoff = min(backoff*2, interval/2)
+		}
+	}
+}
+
+// renew writes the next lease version with If-Match on the last ETag.
+func (n *Node) renew(ctx context.Context) (string, error) {
+	key := NodeKey(n.cfg.Name)
+	n.mu.Lock()
+	n.seq++
+	body := n.nodeRecord(false).marshal()
+	etag := n.etag
+	n.mu.Unlock()
+	newETag, err := n.b.Put(ctx, key, body, bucket.IfMatch(etag))
+	switch {
+	case err == nil:
+	case errors.Is(err, bucket.ErrPrecondition):
+		// 412, or 404 on If-Match (Classify maps it): find out which, for
+		// the operator; both fence at once.
+		if _, herr := n.b.Head(ctx, key); errors.Is(herr, bucket.ErrNotFound) {
+			return "deleted", fmt.Errorf("node lease %s was deleted", key)
+		}
+		return "replaced", fmt.Errorf("node lease %s was replaced by another writer", key)
+	case errors.Is(err, bucket.ErrAmbiguous), errors.Is(err, bucket.ErrConflict), errors.Is(err, bucket.ErrUnavailable):
+		got, gerr := n.b.Get(ctx, key)
+		if gerr != nil {
+			return "error", fmt.Errorf("renew node lease: %w (read back: %v)", err, gerr)
+		}
+		if string(got.Body) != string(body) {
+			if bucket.SameETag(got.ETag, etag) {
+				return "error", fmt.Errorf("renew node lease: %w", err) // did not land; retry
+			}
+			return "replaced", fmt.Errorf("node lease %s was replaced by another writer", key)
+		}
+		newETag = got.ETag
+	default:
+		return "error", fmt.Errorf("renew node lease: %w", err)
+	}
+	n.mu.Lock()
+	n.etag = newETag
+	n.mu.Unlock()
+	return "ok", nil
+}
+
+// fence stops the node acting as owner: every lease ends with DEED-E025.
+func (n *Node) fence(reason string, cause error) {
+	err := bucket.Errorf(bucket.CodeNodeFenced, "node fenced (%s): %s: %w", reason, n.cfg.Name, cause)
+	n.mu.Lock()
+	if n.ferr != nil {
+		n.mu.Unlock()
+		return
+	}
+	n.ferr = err
+	leases := n.takeHeld()
+	close(n.fenced)
+	n.mu.Unlock()
+	for _, l := range leases {
+		l.end(err)
+	}
+	n.log.Error("node fenced", "reason", reason, "err", cause, "cells", len(leases))
+	if n.cfg.Hooks.Fence != nil {
+		n.cfg.Hooks.Fence(reason)
+	}
+}
+
+// takeHeld empties the held map; n.mu must be held.
+func (n *Node) takeHeld() []*Lease {
+	out := make([]*Lease, 0, len(n.held))
+	for _, l := range n.held {
+		out = append(out, l)
+	}
+	n.held = map[string]*Lease{}
+	return out
+}
+
+// Close releases every held cell, then marks the node lease released, so
+// peers may claim everything at once. It does not close data-path logs:
+// callers that opened logs close them first (the daemon does).
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	opened, fenced := n.opened, n.ferr != nil
+	leases := make([]*Lease, 0, len(n.held))
+	for _, l := range n.held {
+		leases = append(leases, l)
+	}
+	n.mu.Unlock()
+
+	var errs []error
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil && l.Err() == nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	if opened && !fenced {
+		if err := n.releaseNodeLease(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.mu.Lock()
+	if n.ferr == nil {
+		n.ferr = bucket.Errorf(bucket.CodeNodeFenced, "node fenced (closed): %s", n.cfg.Name)
+		for _, l := range n.takeHeld() {
+			l.end(n.ferr)
+		}
+		close(n.fenced)
+	}
+	n.mu.Unlock()
+	n.log.Info("node closed", "released_cells", len(leases))
+	return errors.Join(errs...)
+}
+
+func (n *Node) releaseNodeLease(ctx context.Context) error {
+	key := NodeKey(n.cfg.Name)
+	n.mu.Lock()
+	n.seq++
+	body := n.nodeRecord(true).marshal()
+	etag := n.etag
+	n.mu.Unlock()
+	_, err := n.b.Put(ctx, key, body, bucket.IfMatch(etag))
+	if errors.Is(err, bucket.ErrAmbiguous) {
+		if got, gerr := n.b.Get(ctx, key); gerr == nil && string(got.Body) == string(body) {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("release node lease %s: %w", n.cfg.Name, err)
+	}
+	return nil
+}
+
+// forget drops l from the held map if it is still the lease for its cell.
+func (n *Node) forget(l *Lease) {
+	n.mu.Lock()
+	if n.held[l.cell] == l {
+		delete(n.held, l.cell)
+	}
+	n.mu.Unlock()
+}
+
+// backoffStep is the pause after a 409 or an unreadable outcome: short
+// against the TTL, so a brief store hiccup costs little.
+func backoffStep(p Params) time.Duration { return max(p.TTL/100, 10*time.Millisecond) }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

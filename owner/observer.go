@@ -1,0 +1,158 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// Observer keeps, per node lease, the ETag and the local time it was first
+// seen. Refresh costs one LIST of nodes/ (plus a GET of each lease whose
+// ETag changed, to learn its address and released flag), so a daemon's
+// steady-state cost grows with nodes, never with cells.
+type Observer struct {
+	b bucket.Bucket
+	p Params
+
+	mu        sync.Mutex
+	obs       map[string]Observation
+	refreshed time.Time // local time of the last complete Refresh
+}
+
+// NewObserver makes an observer with no history: every node it sees for the
+// first time is alive for at least TTL+margin of this process's time.
+func NewObserver(b bucket.Bucket, p Params) *Observer {
+	return &Observer{b: b, p: p, obs: map[string]Observation{}}
+}
+
+// Refresh lists every node lease and updates the observations.
+func (o *Observer) Refresh(ctx context.Context) error {
+	page, err := bucket.ListAll(ctx, o.b, bucket.ListInput{Prefix: NodesPrefix})
+	if err != nil {
+		return fmt.Errorf("observe nodes: %w", err)
+	}
+	now := time.Now()
+	seen := map[string]bool{}
+	for _, info := range page.Objects {
+		node, ok := strings.CutSuffix(strings.TrimPrefix(info.Key, NodesPrefix), ".json")
+		if !ok || ValidateName("node", node) != nil {
+			continue
+		}
+		seen[node] = true
+		o.mu.Lock()
+		prev, had := o.obs[node]
+		o.mu.Unlock()
+		if had && prev.Exists && bucket.SameETag(prev.ETag, info.ETag) {
+			continue
+		}
+		if err := o.fetch(ctx, node, now); err != nil {
+			return err
+		}
+	}
+	o.mu.Lock()
+	for node, ob := range o.obs {
+		if !seen[node] && ob.Exists {
+			o.obs[node] = Observation{Node: node, FirstSeen: now}
+		}
+	}
+	o.refreshed = now
+	o.mu.Unlock()
+	return nil
+}
+
+// Observe returns the observation of one node, reading its lease now when
+// this observer has no fresh view of it (never observed, or no Refresh
+// within TTL/3). A one-shot CLI claim therefore starts its observation at
+// its first look and must wait out TTL+margin before calling a node dead.
+func (o *Observer) Observe(ctx context.Context, node string) (Observation, error) {
+	now := time.Now()
+	o.mu.Lock()
+	ob, had := o.obs[node]
+	fresh := had && now.Sub(o.refreshed) <= o.p.TTL/3
+	o.mu.Unlock()
+	if fresh {
+		return ob, nil
+	}
+	if err := o.fetch(ctx, node, now); err != nil {
+		return Observation{}, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.obs[node], nil
+}
+
+// fetch reads one node lease and records it, keeping FirstSeen when the
+// ETag is unchanged.
+func (o *Observer) fetch(ctx context.Context, node string, now time.Time) error {
+	obj, err := o.b.Get(ctx, NodeKey(node))
+	switch {
+	case errors.Is(err, bucket.ErrNotFound):
+		o.record(Observation{Node: node}, now)
+		return nil
+	case err != nil:
+		return fmt.Errorf("observe node %s: %w", node, err)
+	}
+	rec, perr := parseNodeRecord(obj.Key, obj.Body)
+	ob := Observation{Node: node, Exists: true, ETag: obj.ETag}
+	if perr == nil {
+		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
+	}
+	// A lease that does not parse still changes ETag while its writer
+	// renews it, so it is judged by ETag alone like any other.
+	o.record(ob, now)
+	return nil
+}
+
+func (o *Observer) record(ob Observation, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	prev, had := o.obs[ob.Node]
+	if had && prev.Exists == ob.Exists && bucket.SameETag(prev.ETag, ob.ETag) {
+		ob.FirstSeen = prev.FirstSeen
+	} else {
+		ob.FirstSeen = now
+	}
+	o.obs[ob.Node] = ob
+}
+
+// NodeView is a node as the CLI and the daemon show it.
+type NodeView struct {
+	Node      string        `json:"node"`
+	Addr      string        `json:"addr,omitempty"`
+	Alive     bool          `json:"alive"`
+	Released  bool          `json:"released"`
+	Exists    bool          `json:"exists"`
+	Unchanged time.Duration `json:"unchanged_ns"` // how long the ETag has been seen unchanged
+}
+
+// View judges every observed node at now.
+func (o *Observer) View() []NodeView {
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]NodeView, 0, len(o.obs))
+	for _, ob := range o.obs {
+		out = append(out, o.view(ob, now))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+func (o *Observer) view(ob Observation, now time.Time) NodeView {
+	return NodeView{Node: ob.Node, Addr: ob.Addr, Alive: Alive(ob, now, o.p), Released: ob.Released,
+		Exists: ob.Exists, Unchanged: now.Sub(ob.FirstSeen)}
+}
+
+// Alive judges one node from this observer's history (false if never seen).
+func (o *Observer) Alive(node string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob, ok := o.obs[node]
+	return ok && Alive(ob, time.Now(), o.p)
+}
