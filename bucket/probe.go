@@ -1,0 +1,978 @@
+package bucket
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The conformance probe.
+//
+// deed's safety rests on one property of the store: a conditional write is
+// atomic, and a write whose condition fails changes nothing. Some stores
+// accept If-None-Match / If-Match and silently ignore them; on such a store
+// every promise in DESIGN.md is void, and nothing would tell the operator.
+// Probe exercises the contract in a scratch prefix and says, in one report,
+// whether the store can be trusted, which quirks it has (404 vs 412 for
+// If-Match on a missing key, conditional DELETE support, ETag quoting), and
+// how long each step took. The daemon runs it at start; `deed probe` runs it
+// on demand.
+
+// Probe check names, in the order they run.
+const (
+	ProbeCreate         = "create"
+	ProbeETag           = "etag"
+	ProbeCreateRejected = "create-rejected"
+	ProbeUpdate         = "update"
+	ProbeUpdateStale    = "update-stale"
+	ProbeIfMatchMissing = "if-match-missing"
+	ProbeDelete         = "conditional-delete"
+	ProbeRace           = "race"
+	ProbeCleanup        = "cleanup"
+)
+
+// DefaultProbeRacers is how many concurrent creates the race check sends by
+// default: enough to overlap on any real store, few enough for a laptop.
+const DefaultProbeRacers = 32
+
+// ProbeOptions configures Probe. The zero value is ready to use.
+type ProbeOptions struct {
+	// Prefix is the scratch prefix, relative to b, under which every probe
+	// key is written. It must be empty: Probe lists it first and refuses
+	// (DEED-E040) to work among keys it did not write. Default
+	// "deed-probe/<random>", random so that concurrent probes of one bucket
+	// cannot interfere.
+	Prefix string
+	// Racers is the number of concurrent creates in the race check
+	// (default DefaultProbeRacers; at least 2).
+	Racers int
+}
+
+// Verdict is the probe's overall outcome.
+type Verdict string
+
+// The verdicts.
+const (
+	// VerdictPass: every check passed.
+	VerdictPass Verdict = "pass"
+	// VerdictWarn: the contract holds, but the store lacks something deed
+	// can work without (today: conditional DELETE).
+	VerdictWarn Verdict = "warn"
+	// VerdictFail: the store breaks the conditional-write contract
+	// (DEED-E010). deed must not run on it.
+	VerdictFail Verdict = "fail"
+	// VerdictError: the probe could not finish (transient store error,
+	// access denied, cancelled) and concluded nothing.
+	VerdictError Verdict = "error"
+)
+
+// ProbeCheck is the result of one check. OK with Warning set means the check
+// passed with a caveat; !OK means the store failed it, unless Inconclusive
+// says the check could not run to the end (a transient error, which says
+// nothing about the contract).
+type ProbeCheck struct {
+	Name         string        `json:"name"`
+	OK           bool          `json:"ok"`
+	Warning      bool          `json:"warning,omitempty"`
+	Inconclusive bool          `json:"inconclusive,omitempty"`
+	Detail       string        `json:"detail"`
+	Duration     time.Duration `json:"-"`
+}
+
+// ProbeQuirks is what the probe learned about the store's dialect; the S3
+// client's quirks table is the place that acts on these.
+type ProbeQuirks struct {
+	// IfMatchMissingStatus is the HTTP status the store answered a PUT with
+	// If-Match on a missing key: 404 (AWS) or 412. 0 if not observed (the
+	// in-memory fake reports the status it simulates).
+	IfMatchMissingStatus int `json:"if_match_missing_status,omitempty"`
+	// ConditionalDelete reports whether DELETE honours If-Match.
+	ConditionalDelete bool `json:"conditional_delete"`
+	// QuotedETags reports whether the store returns ETags in double quotes.
+	QuotedETags bool `json:"quoted_etags"`
+	// Observed lists the IDs of the rows of the Quirks table the store
+	// showed during the probe, so a report can be read against the table.
+	Observed []string `json:"observed,omitempty"`
+}
+
+func (q *ProbeQuirks) observe(id string) {
+	for _, x := range q.Observed {
+		if x == id {
+			return
+		}
+	}
+	q.Observed = append(q.Observed, id)
+}
+
+// ProbeReport is the outcome of Probe: one entry per check that ran, the
+// store's quirks and an overall verdict.
+type ProbeReport struct {
+	// Bucket names the probed store for display; Probe leaves it empty and
+	// callers (the CLI) fill it in.
+	Bucket   string        `json:"bucket,omitempty"`
+	Prefix   string        `json:"prefix"`
+	Verdict  Verdict       `json:"verdict"`
+	OK       bool          `json:"ok"`
+	Code     Code          `json:"code,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Racers   int           `json:"racers"`
+	Quirks   ProbeQuirks   `json:"quirks"`
+	Checks   []ProbeCheck  `json:"checks"`
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"-"`
+}
+
+// Warnings counts the checks that passed with a caveat.
+func (r ProbeReport) Warnings() int {
+	n := 0
+	for _, c := range r.Checks {
+		if c.Warning {
+			n++
+		}
+	}
+	return n
+}
+
+// Failed returns the checks that did not pass.
+func (r ProbeReport) Failed() []ProbeCheck {
+	var out []ProbeCheck
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Check returns the named check, if it ran.
+func (r ProbeReport) Check(name string) (ProbeCheck, bool) {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ProbeCheck{}, false
+}
+
+// Durations travel in JSON as fractional milliseconds ("duration_ms"): a
+// time.Duration would marshal as opaque nanoseconds.
+
+type probeCheckJSON struct {
+	probeCheckAlias
+	DurationMS float64 `json:"duration_ms"`
+}
+
+type probeCheckAlias ProbeCheck
+
+// MarshalJSON adds duration_ms.
+func (c ProbeCheck) MarshalJSON() ([]byte, error) {
+	return json.Marshal(probeCheckJSON{probeCheckAlias(c), millis(c.Duration)})
+}
+
+// UnmarshalJSON reads duration_ms back.
+func (c *ProbeCheck) UnmarshalJSON(b []byte) error {
+	var v probeCheckJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = ProbeCheck(v.probeCheckAlias)
+	c.Duration = fromMillis(v.DurationMS)
+	return nil
+}
+
+type probeReportAlias ProbeReport
+
+type probeReportJSON struct {
+	probeReportAlias
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// MarshalJSON adds duration_ms.
+func (r ProbeReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(probeReportJSON{probeReportAlias(r), millis(r.Duration)})
+}
+
+// UnmarshalJSON reads duration_ms back.
+func (r *ProbeReport) UnmarshalJSON(b []byte) error {
+	var v probeReportJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = ProbeReport(v.probeReportAlias)
+	r.Duration = fromMillis(v.DurationMS)
+	return nil
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func fromMillis(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// WriteText prints the report for humans: one line per check, then the
+// verdict. It writes nothing about how to exit; the caller maps the error.
+func (r ProbeReport) WriteText(w io.Writer) error {
+	var b strings.Builder
+	target := r.Bucket
+	if target == "" {
+		target = "bucket"
+	}
+	fmt.Fprintf(&b, "deed probe: %s (scratch prefix %s, %d racers)\n", target, r.Prefix, r.Racers)
+	width := 0
+	for _, c := range r.Checks {
+		width = max(width, len(c.Name))
+	}
+	for _, c := range r.Checks {
+		status := "PASS"
+		switch {
+		case !c.OK && c.Inconclusive:
+			status = "ERR "
+		case !c.OK:
+			status = "FAIL"
+		case c.Warning:
+			status = "WARN"
+		}
+		fmt.Fprintf(&b, "  %s  %-*s  %8s  %s\n", status, width, c.Name, fmtDuration(c.Duration), c.Detail)
+	}
+	q := r.Quirks
+	imm := "not observed"
+	if q.IfMatchMissingStatus != 0 {
+		imm = fmt.Sprint(q.IfMatchMissingStatus)
+	}
+	fmt.Fprintf(&b, "quirks: if-match on missing key -> %s; conditional delete: %s; quoted etags: %s",
+		imm, yesNo(q.ConditionalDelete), yesNo(q.QuotedETags))
+	if len(q.Observed) > 0 {
+		fmt.Fprintf(&b, " (quirks table: %s)", strings.Join(q.Observed, ", "))
+	}
+	b.WriteString("\n")
+	switch r.Verdict {
+	case VerdictPass:
+		fmt.Fprintf(&b, "verdict: PASS in %s: the store honours conditional writes\n", fmtDuration(r.Duration))
+	case VerdictWarn:
+		fmt.Fprintf(&b, "verdict: PASS with %d warning(s) in %s: the store honours conditional writes\n", r.Warnings(), fmtDuration(r.Duration))
+	case VerdictFail:
+		fmt.Fprintf(&b, "verdict: FAIL (%s): the store does not honour conditional writes; deed must not use it\n", r.Code)
+	default:
+		fmt.Fprintf(&b, "verdict: ERROR (%s): the probe could not finish: %s\n", r.Code, r.Error)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func yesNo(v bool) string {
+	if v {
+		return "yes"
+	}
+	return "no"
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	default:
+		return d.Round(time.Microsecond).String()
+	}
+}
+
+// Probe checks that b honours the conditional-write contract, in a scratch
+// prefix that it cleans up afterwards.
+//
+// It returns the report and:
+//   - nil when every check passed (possibly with warnings);
+//   - a *Error with CodeContract (DEED-E010) when the store broke the
+//     contract: a rejected write landed, a race had more than one winner, or
+//     conditional writes are refused outright;
+//   - a *Error with CodeUnavailable (DEED-E011) when a transient store error
+//     (or an outcome the probe cannot interpret) kept it from concluding,
+//     CodeUnauthorized (DEED-E041) for denied access, CodeBadRequest
+//     (DEED-E040) for invalid options or a scratch prefix that is not
+//     empty (checked with one LIST before anything is written).
+//
+// A contract failure wins over a later transient error: once the store has
+// shown it ignores a condition, nothing else matters. Checks after a failure
+// still run so the report shows everything that is wrong; a transient error
+// stops the remaining checks. Cleanup always runs, with its own deadline, so
+// a cancelled ctx does not strand the scratch keys.
+func Probe(ctx context.Context, b Bucket, opts ProbeOptions) (ProbeReport, error) {
+	if opts.Racers == 0 {
+		opts.Racers = DefaultProbeRacers
+	}
+	prefix := strings.Trim(opts.Prefix, "/")
+	if prefix == "" {
+		prefix = "deed-probe/" + randomHex(6)
+	}
+	r := ProbeReport{Prefix: prefix, Racers: opts.Racers, Started: time.Now()}
+	if opts.Racers < 2 {
+		return r.finish(Errorf(CodeBadRequest, "probe: racers %d: need at least 2", opts.Racers))
+	}
+	if err := ValidateKey(prefix + "/x"); err != nil {
+		return r.finish(Errorf(CodeBadRequest, "probe: scratch prefix: %w", err))
+	}
+	p := &prober{b: WithPrefix(b, prefix), id: randomHex(4), racers: opts.Racers, written: map[string]bool{}, report: &r}
+	// The probe deletes what it wrote; an empty prefix guarantees that
+	// nothing else is there to be confused with it.
+	if existing, err := listRetry(ctx, p.b); err != nil {
+		return r.finish(probeError("list scratch prefix "+prefix, err))
+	} else if len(existing) > 0 {
+		return r.finish(Errorf(CodeBadRequest, "probe: scratch prefix %s/ is not empty (%d key(s), first %q): choose an empty one",
+			prefix, len(existing), existing[0]))
+	}
+
+	abortErr := p.runChecks(ctx)
+	cleanupErr := p.cleanup(ctx)
+
+	var err error
+	switch {
+	case len(r.Failed()) > 0 && p.contractFailed:
+		var names []string
+		for _, c := range r.Failed() {
+			if c.Name != ProbeCleanup && !c.Inconclusive {
+				names = append(names, c.Name)
+			}
+		}
+		err = Errorf(CodeContract, "store fails the conditional-write contract (failed checks: %s)", strings.Join(names, ", "))
+	case abortErr != nil:
+		err = abortErr
+	case cleanupErr != nil:
+		err = cleanupErr
+	}
+	return r.finish(err)
+}
+
+// finish sets the verdict from err and the checks.
+func (r *ProbeReport) finish(err error) (ProbeReport, error) {
+	r.Duration = time.Since(r.Started)
+	r.Code = CodeOf(err)
+	switch {
+	case err == nil && r.Warnings() > 0:
+		r.Verdict, r.OK = VerdictWarn, true
+	case err == nil:
+		r.Verdict, r.OK = VerdictPass, true
+	case r.Code == CodeContract:
+		r.Verdict = VerdictFail
+	default:
+		r.Verdict = VerdictError
+	}
+	if err != nil {
+		r.Error = strings.TrimPrefix(strings.TrimPrefix(err.Error(), string(r.Code)), " ")
+	}
+	return *r, err
+}
+
+type prober struct {
+	b      Bucket
+	id     string // distinguishes this probe's bodies from any other writer's
+	racers int
+	report *ProbeReport
+
+	mu      sync.Mutex
+	written map[string]bool // every key a write was attempted on
+
+	seq            int
+	contractFailed bool
+}
+
+// step is the outcome of one check's body: ok, a contract failure, a
+// warning, or an abort.
+type step struct {
+	ok      bool
+	warning bool
+	detail  string
+	abort   error
+}
+
+func pass(format string, args ...any) step {
+	return step{ok: true, detail: fmt.Sprintf(format, args...)}
+}
+
+func warn(format string, args ...any) step {
+	return step{ok: true, warning: true, detail: fmt.Sprintf(format, args...)}
+}
+
+func fail(format string, args ...any) step {
+	return step{detail: fmt.Sprintf(format, args...)}
+}
+
+// abort ends the probe: err could not be interpreted as pass or fail.
+func abort(what string, err error) step {
+	return step{detail: what + ": " + err.Error(), abort: probeError(what, err)}
+}
+
+// probeError codes an error that kept the probe from concluding. Storage
+// errors keep their own code (access denied is E041); anything else,
+// including an ambiguous write, is E011: the store was not usable right now,
+// which says nothing about the contract.
+func probeError(what string, err error) error {
+	var oe *OpError
+	if errors.As(err, &oe) && oe.ErrorCode() == CodeUnauthorized {
+		return Errorf(CodeUnauthorized, "probe: %s: %w", what, err)
+	}
+	return Errorf(CodeUnavailable, "probe: %s: %w", what, err)
+}
+
+func (p *prober) runChecks(ctx context.Context) error {
+	var createETag string
+	checks := []struct {
+		name string
+		run  func() step
+	}{
+		{ProbeCreate, func() step { var s step; createETag, s = p.checkCreate(ctx); return s }},
+		{ProbeETag, func() step { return p.checkETag(ctx, createETag) }},
+		{ProbeCreateRejected, func() step { return p.checkCreateRejected(ctx) }},
+		{ProbeUpdate, func() step { return p.checkUpdate(ctx) }},
+		{ProbeUpdateStale, func() step { return p.checkUpdateStale(ctx) }},
+		{ProbeIfMatchMissing, func() step { return p.checkIfMatchMissing(ctx) }},
+		{ProbeDelete, func() step { return p.checkDelete(ctx) }},
+		{ProbeRace, func() step { return p.checkRace(ctx) }},
+	}
+	for _, c := range checks {
+		start := time.Now()
+		s := c.run()
+		p.report.Checks = append(p.report.Checks, ProbeCheck{
+			Name: c.name, OK: s.ok, Warning: s.warning, Inconclusive: s.abort != nil,
+			Detail: s.detail, Duration: time.Since(start),
+		})
+		if s.abort != nil {
+			return s.abort
+		}
+		if !s.ok {
+			p.contractFailed = true
+		}
+	}
+	return nil
+}
+
+// body returns a fresh, unique body: a probe write never repeats bytes, so
+// ETags (content MD5s on most stores) never repeat either.
+func (p *prober) body(label string) []byte {
+	p.mu.Lock()
+	p.seq++
+	n := p.seq
+	p.mu.Unlock()
+	return fmt.Appendf(nil, `{"probe":%q,"step":%q,"seq":%d,"nonce":%q}`, p.id, label, n, randomHex(8))
+}
+
+func (p *prober) put(ctx context.Context, key string, body []byte, cond Condition) (string, error) {
+	p.mu.Lock()
+	p.written[key] = true
+	p.mu.Unlock()
+	return p.b.Put(ctx, key, body, cond)
+}
+
+// currentETag reads key's ETag; ok is false when the key is missing.
+func (p *prober) currentETag(ctx context.Context, key string) (etag string, ok bool, err error) {
+	info, err := p.b.Head(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return info.ETag, true, nil
+}
+
+// rejectedOutright reports whether a conditional write was refused with a
+// definite client error that is not the condition failing (400, 501): the
+// store does not implement the header, which breaks the contract.
+func rejectedOutright(err error) (*OpError, bool) {
+	var oe *OpError
+	if !errors.As(err, &oe) {
+		return nil, false
+	}
+	if errors.Is(err, ErrUnsupported) {
+		return oe, true
+	}
+	switch oe.Status {
+	case 400, 405:
+		return oe, true
+	}
+	return oe, false
+}
+
+func (p *prober) checkCreate(ctx context.Context) (string, step) {
+	etag, err := p.put(ctx, "create", p.body("create"), IfAbsent)
+	if err != nil {
+		if oe, ok := rejectedOutright(err); ok {
+			return "", fail("If-None-Match: * refused outright (%d %s): the store does not support create-only writes", oe.Status, oe.Code)
+		}
+		if errors.Is(err, ErrPrecondition) {
+			return "", fail("If-None-Match: * on a fresh key was answered 412: the store cannot create conditionally")
+		}
+		return "", abort("create with If-None-Match", err)
+	}
+	if etag == "" {
+		return "", fail("If-None-Match: * create returned no ETag")
+	}
+	p.report.Quirks.QuotedETags = strings.HasPrefix(etag, `"`)
+	if !p.report.Quirks.QuotedETags {
+		p.report.Quirks.observe(QuirkETagQuoting)
+	}
+	return etag, pass("If-None-Match: * on a new key created it (ETag %s)", etag)
+}
+
+func (p *prober) checkETag(ctx context.Context, putETag string) step {
+	if putETag == "" {
+		return fail("skipped: the create check did not return an ETag")
+	}
+	obj, err := p.b.Get(ctx, "create")
+	if err != nil {
+		return abort("get", err)
+	}
+	info, err := p.b.Head(ctx, "create")
+	if err != nil {
+		return abort("head", err)
+	}
+	page, err := ListAll(ctx, p.b, ListInput{Prefix: "create"})
+	if err != nil {
+		return abort("list", err)
+	}
+	listETag := ""
+	for _, o := range page.Objects {
+		if o.Key == "create" {
+			listETag = o.ETag
+		}
+	}
+	var bad []string
+	if !SameETag(obj.ETag, putETag) {
+		bad = append(bad, "GET "+obj.ETag)
+	}
+	if !SameETag(info.ETag, putETag) {
+		bad = append(bad, "HEAD "+info.ETag)
+	}
+	if len(bad) > 0 {
+		return fail("PUT returned %s but %s: If-Match with the PUT's ETag would never match", putETag, strings.Join(bad, ", "))
+	}
+	if !SameETag(listETag, putETag) {
+		// The protocol compares LIST ETags only with each other (node
+		// liveness), so a mismatch is survivable, but it is unusual.
+		return warn("PUT, GET and HEAD agree on %s, but LIST reported %q", putETag, listETag)
+	}
+	return pass("PUT, GET, HEAD and LIST agree on %s", putETag)
+}
+
+func (p *prober) checkCreateRejected(ctx context.Context) step {
+	before, exists, err := p.currentETag(ctx, "create")
+	if err != nil {
+		return abort("head", err)
+	}
+	if !exists {
+		// The create check failed; make the key exist for this check.
+		if before, err = p.put(ctx, "create", p.body("create-setup"), None); err != nil {
+			return abort("put", err)
+		}
+	}
+	_, err = p.put(ctx, "create", p.body("create-again"), IfAbsent)
+	switch {
+	case err == nil:
+		return fail("If-None-Match: * on an existing key succeeded: the store ignores create-only conditions")
+	case errors.Is(err, ErrPrecondition):
+	default:
+		if oe, ok := rejectedOutright(err); ok {
+			return fail("If-None-Match: * refused outright (%d %s)", oe.Status, oe.Code)
+		}
+		return abort("rejected create", err)
+	}
+	after, _, err := p.currentETag(ctx, "create")
+	if err != nil {
+		return abort("head", err)
+	}
+	if !SameETag(before, after) {
+		return fail("If-None-Match: * was answered 412 but the object changed (%s -> %s)", before, after)
+	}
+	return pass("If-None-Match: * on an existing key was refused (412) and changed nothing")
+}
+
+// putPlain writes key unconditionally to set a check up. A store that
+// returns no ETag fails the check: If-Match needs one.
+func (p *prober) putPlain(ctx context.Context, key, label string) (string, *step) {
+	etag, err := p.put(ctx, key, p.body(label), None)
+	if err != nil {
+		s := abort("put", err)
+		return "", &s
+	}
+	if etag == "" {
+		s := fail("PUT returned no ETag: If-Match cannot be used")
+		return "", &s
+	}
+	return etag, nil
+}
+
+func (p *prober) checkUpdate(ctx context.Context) step {
+	e0, s := p.putPlain(ctx, "update", "update-setup")
+	if s != nil {
+		return *s
+	}
+	e1, err := p.put(ctx, "update", p.body("update"), IfMatch(e0))
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrPrecondition):
+		return fail("If-Match with the current ETag %s was refused (412)", e0)
+	default:
+		if oe, ok := rejectedOutright(err); ok {
+			return fail("If-Match refused outright (%d %s): the store does not support conditional updates", oe.Status, oe.Code)
+		}
+		return abort("update with If-Match", err)
+	}
+	if SameETag(e0, e1) {
+		return fail("an update with a different body kept the ETag %s: If-Match cannot tell versions apart", e0)
+	}
+	cur, _, err := p.currentETag(ctx, "update")
+	if err != nil {
+		return abort("head", err)
+	}
+	if !SameETag(cur, e1) {
+		return fail("If-Match update returned %s but HEAD shows %s", e1, cur)
+	}
+	return pass("If-Match with the current ETag replaced the object (%s -> %s)", e0, e1)
+}
+
+func (p *prober) checkUpdateStale(ctx context.Context) step {
+	stale, s := p.putPlain(ctx, "stale", "stale-1")
+	if s != nil {
+		return *s
+	}
+	fresh, s := p.putPlain(ctx, "stale", "stale-2")
+	if s != nil {
+		return *s
+	}
+	_, err := p.put(ctx, "stale", p.body("stale-write"), IfMatch(stale))
+	switch {
+	case err == nil:
+		return fail("If-Match with a stale ETag succeeded: the store ignores If-Match")
+	case errors.Is(err, ErrPrecondition):
+	default:
+		if oe, ok := rejectedOutright(err); ok {
+			return fail("If-Match refused outright (%d %s)", oe.Status, oe.Code)
+		}
+		return abort("stale update", err)
+	}
+	cur, _, err := p.currentETag(ctx, "stale")
+	if err != nil {
+		return abort("head", err)
+	}
+	if !SameETag(cur, fresh) {
+		return fail("If-Match with a stale ETag was answered 412 but the object changed (%s -> %s)", fresh, cur)
+	}
+	return pass("If-Match with a stale ETag was refused (412) and changed nothing")
+}
+
+func (p *prober) checkIfMatchMissing(ctx context.Context) step {
+	// An ETag in the store's own format that cannot match: the MD5 of a
+	// body never written is as good as any.
+	ghost := `"` + randomHex(16) + `"`
+	_, err := p.put(ctx, "missing", p.body("missing"), IfMatch(ghost))
+	var status int
+	var oe *OpError
+	if errors.As(err, &oe) {
+		status = oe.Status
+	}
+	switch {
+	case err == nil:
+		return fail("If-Match on a missing key created it: the store ignores If-Match")
+	case errors.Is(err, ErrPrecondition):
+	default:
+		if oe, ok := rejectedOutright(err); ok {
+			return fail("If-Match on a missing key refused with %d %s instead of 404 or 412", oe.Status, oe.Code)
+		}
+		return abort("If-Match on a missing key", err)
+	}
+	p.report.Quirks.IfMatchMissingStatus = status
+	if status == 404 {
+		p.report.Quirks.observe(QuirkIfMatchMissing404)
+	}
+	_, exists, err := p.currentETag(ctx, "missing")
+	if err != nil {
+		return abort("head", err)
+	}
+	if exists {
+		return fail("If-Match on a missing key was answered %d but the key now exists", status)
+	}
+	switch status {
+	case 404:
+		return pass("If-Match on a missing key was refused with 404 (as AWS S3 does); deed reads it as 412")
+	case 412:
+		return pass("If-Match on a missing key was refused with 412")
+	default:
+		return pass("If-Match on a missing key was refused (precondition failed)")
+	}
+}
+
+func (p *prober) checkDelete(ctx context.Context) step {
+	stale, s := p.putPlain(ctx, "delete", "delete-1")
+	if s != nil {
+		return *s
+	}
+	fresh, s := p.putPlain(ctx, "delete", "delete-2")
+	if s != nil {
+		return *s
+	}
+	err := p.b.Delete(ctx, "delete", IfMatch(stale))
+	switch {
+	case err == nil:
+		return warn("DELETE with a stale If-Match deleted the object: the store ignores conditions on DELETE; deed will not rely on them")
+	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, ErrNotFound):
+		return warn("DELETE with a stale If-Match on an existing key was answered 404; deed will not rely on conditional deletes")
+	default:
+		if oe, ok := p.unsupportedDelete(err); ok {
+			return warn("DELETE with If-Match is not supported (%d %s); deed will not rely on it", oe.Status, oe.Code)
+		}
+		return abort("conditional delete (stale)", err)
+	}
+	cur, exists, err := p.currentETag(ctx, "delete")
+	if err != nil {
+		return abort("head", err)
+	}
+	if !exists || !SameETag(cur, fresh) {
+		return warn("DELETE with a stale If-Match answered 412 but the object changed; deed will not rely on conditional deletes")
+	}
+	err = p.b.Delete(ctx, "delete", IfMatch(fresh))
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrPrecondition):
+		return warn("DELETE with the current If-Match was refused (412); deed will not rely on conditional deletes")
+	default:
+		if oe, ok := p.unsupportedDelete(err); ok {
+			return warn("DELETE with a current If-Match is not supported (%d %s); deed will not rely on it", oe.Status, oe.Code)
+		}
+		return abort("conditional delete (current)", err)
+	}
+	if _, exists, err = p.currentETag(ctx, "delete"); err != nil {
+		return abort("head", err)
+	}
+	if exists {
+		return warn("DELETE with the current If-Match succeeded but the object is still there")
+	}
+	p.report.Quirks.ConditionalDelete = true
+	return pass("DELETE with If-Match: stale ETag refused (412), current ETag accepted")
+}
+
+// unsupportedDelete: a conditional DELETE refused with a definite client
+// error (501 NotImplemented, 400): the store does not implement it. Since a
+// delete is not part of the safety contract, this is only a warning.
+func (p *prober) unsupportedDelete(err error) (*OpError, bool) {
+	oe, ok := rejectedOutright(err)
+	if ok && errors.Is(err, ErrUnsupported) {
+		p.report.Quirks.observe(QuirkNotImplemented)
+	}
+	if !ok && oe != nil && oe.Status >= 400 && oe.Status < 500 && oe.Status != 404 && oe.Status != 409 &&
+		!errors.Is(err, ErrAccessDenied) {
+		return oe, true
+	}
+	return oe, ok
+}
+
+// raceAttempts bounds how often the race is re-run when no racer won and
+// every loser saw 409: legal (the store may refuse concurrent conditional
+// writes) but not a conclusion.
+const raceAttempts = 3
+
+func (p *prober) checkRace(ctx context.Context) step {
+	for attempt := 1; ; attempt++ {
+		s, again := p.race(ctx, fmt.Sprintf("race-%d", attempt))
+		if !again || attempt == raceAttempts {
+			return s
+		}
+	}
+}
+
+// race sends p.racers concurrent creates of key. again asks for a re-run.
+func (p *prober) race(ctx context.Context, key string) (s step, again bool) {
+	type result struct {
+		body []byte
+		etag string
+		err  error
+	}
+	results := make([]result, p.racers)
+	for i := range results {
+		results[i].body = p.body(fmt.Sprintf("racer-%d", i))
+	}
+	// Mark the key before any racer starts: an ambiguous racer may have
+	// written it, and cleanup must not miss it.
+	p.mu.Lock()
+	p.written[key] = true
+	p.mu.Unlock()
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			<-start
+			results[i].etag, results[i].err = p.b.Put(ctx, key, results[i].body, IfAbsent)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var winners []int
+	var refused, conflicts int
+	var unclear []error
+	for i, r := range results {
+		switch {
+		case r.err == nil:
+			winners = append(winners, i)
+		case errors.Is(r.err, ErrPrecondition):
+			refused++
+		case errors.Is(r.err, ErrConflict):
+			conflicts++
+		default:
+			unclear = append(unclear, r.err)
+		}
+	}
+	if conflicts > 0 {
+		p.report.Quirks.observe(QuirkConditionalConflict)
+	}
+	tally := fmt.Sprintf("%d racers: %d won, %d refused (412), %d conflict (409)", p.racers, len(winners), refused, conflicts)
+	if len(winners) > 1 {
+		return fail("%s: more than one create-only write succeeded", tally), false
+	}
+	if len(unclear) > 0 {
+		// An unclear racer may have landed and been overwritten by the
+		// "winner", or the reverse: no conclusion is possible.
+		return abort(fmt.Sprintf("race inconclusive (%s, %d unclear)", tally, len(unclear)), unclear[0]), false
+	}
+	obj, err := p.b.Get(ctx, key)
+	switch {
+	case errors.Is(err, ErrNotFound) && len(winners) == 0:
+		if conflicts == p.racers {
+			return abort("race inconclusive", fmt.Errorf("%s in %d attempts: every racer got 409", tally, raceAttempts)), true
+		}
+		return fail("%s: nobody won and the key is missing", tally), false
+	case errors.Is(err, ErrNotFound):
+		return fail("%s but the key is missing afterwards", tally), false
+	case err != nil:
+		return abort("get race key", err), false
+	}
+	if len(winners) == 0 {
+		return fail("%s, yet the key holds a body: a refused write landed", tally), false
+	}
+	w := results[winners[0]]
+	if string(obj.Body) != string(w.body) || !SameETag(obj.ETag, w.etag) {
+		return fail("%s, but the key holds another racer's body: a refused write landed", tally), false
+	}
+	return pass("%s; the winner's body is stored", tally), false
+}
+
+// cleanupTimeout bounds cleanup, which runs even when ctx is done.
+const cleanupTimeout = 30 * time.Second
+
+// cleanup deletes every key the probe tried to write (unconditionally:
+// whatever is there is the probe's), then lists the scratch prefix to verify
+// it is empty again, and records the outcome as the last check. A key it
+// finds but did not write is reported and left alone.
+func (p *prober) cleanup(ctx context.Context) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+
+	p.mu.Lock()
+	keys := make([]string, 0, len(p.written))
+	for k := range p.written {
+		keys = append(keys, k)
+	}
+	p.mu.Unlock()
+	sort.Strings(keys)
+
+	var firstErr error
+	del := func(key string) {
+		if err := deleteRetry(ctx, p.b, key); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	for _, k := range keys {
+		del(k)
+	}
+	left, err := listRetry(ctx, p.b)
+	var ours, foreign []string
+	for _, k := range left {
+		if p.written[k] {
+			ours = append(ours, k)
+		} else {
+			foreign = append(foreign, k)
+		}
+	}
+	check := ProbeCheck{Name: ProbeCleanup, Duration: time.Since(start)}
+	var out error
+	switch {
+	case err != nil:
+		check.Detail = fmt.Sprintf("could not list the scratch prefix to verify it is empty: %v", err)
+		out = probeError("clean up "+p.report.Prefix, err)
+	case len(ours) > 0:
+		check.Detail = fmt.Sprintf("%d key(s) left under %s/: %s", len(ours), p.report.Prefix, strings.Join(ours, ", "))
+		if firstErr != nil {
+			check.Detail += fmt.Sprintf(" (%v)", firstErr)
+		}
+		out = Errorf(CodeUnavailable, "probe: clean up %s: %d key(s) left", p.report.Prefix, len(ours))
+	case len(foreign) > 0:
+		// Someone else wrote into the scratch prefix while the probe ran;
+		// their writes may have disturbed the checks.
+		check.Detail = fmt.Sprintf("%d key(s) appeared under %s/ that the probe did not write (left alone): %s",
+			len(foreign), p.report.Prefix, strings.Join(foreign, ", "))
+		out = Errorf(CodeUnavailable, "probe: another writer used the scratch prefix %s during the probe", p.report.Prefix)
+	default:
+		check.OK = true
+		check.Detail = fmt.Sprintf("deleted %d key(s); the scratch prefix lists empty", len(keys))
+	}
+	p.report.Checks = append(p.report.Checks, check)
+	return out
+}
+
+// deleteRetry deletes key unconditionally, retrying transient errors briefly
+// (an unconditional delete is idempotent, so retrying is safe).
+func deleteRetry(ctx context.Context, b Bucket, key string) error {
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		if err = b.Delete(ctx, key, None); err == nil || errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if !sleepCtx(ctx, time.Duration(50<<attempt)*time.Millisecond) {
+			break
+		}
+	}
+	return fmt.Errorf("delete %s: %w", key, err)
+}
+
+// listRetry lists every key under b, retrying transient errors briefly.
+func listRetry(ctx context.Context, b Bucket) ([]string, error) {
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		var page ListPage
+		if page, err = ListAll(ctx, b, ListInput{}); err == nil {
+			keys := make([]string, 0, len(page.Objects))
+			for _, o := range page.Objects {
+				keys = append(keys, o.Key)
+			}
+			return keys, nil
+		}
+		if !sleepCtx(ctx, time.Duration(50<<attempt)*time.Millisecond) {
+			break
+		}
+	}
+	return nil, err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
+)
+
+// apiConfig bounds and guards the HTTP API.
+type apiConfig struct {
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// every endpoint but /healthz and /readyz.
+	Token string
+	// MaxBody bounds a request body (an appended record); larger → DEED-E040.
+	MaxBody int64
+	// MaxLimit bounds ?limit on reads.
+	MaxLimit int
+}
+
+// handler builds the daemon's HTTP API.
+func (d *daemon) handler(cfg apiConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.ready() {
+			writeError(w, bucket.Errorf(bucket.CodeNodeFenced, "not ready: node lease not held or probe not passed"))
+			return
+		}
+		writeJSONStatus(w, http.StatusOK, map[string]any{"ready": true, "node": d.cfg.Node})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/cells", d.listHeld)
+	mux.HandleFunc("GET /v1/cells/{cell}", d.showCell)
+	mux.HandleFunc("POST /v1/cells/{cell}/claim", d.claimCell)
+	mux.HandleFunc("POST /v1/cells/{cell}/release", d.releaseCell)
+	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
+	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErrorStatus(w, http.StatusNotFound, bucket.Errorf(bucket.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return guard(cfg, mux)
+}
+
+// guard enforces the bearer token and the body limit before any handler.
+func guard(cfg apiConfig, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Token != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
+				writeError(w, bucket.Errorf(bucket.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
+				return
+			}
+		}
+		if r.ContentLength > cfg.MaxBody {
+			writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body of %d bytes exceeds the limit of %d", r.ContentLength, cfg.MaxBody))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, cfg.MaxBody)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cellView is the answer of GET /v1/cells/{cell}.
+type cellView struct {
+	Cell       string `json:"cell"`
+	Node       string `json:"node"`
+	Epoch      uint64 `json:"epoch"`
+	Released   bool   `json:"released"`
+	Claimed    bool   `json:"claimed"`
+	HeldHere   bool   `json:"held_here"`
+	OwnerAlive bool   `json:"owner_alive"`
+	OwnerAddr  string `json:"owner_addr,omitempty"`
+}
+
+func (d *daemon) showCell(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("cell")
+	rec, exists, err := owner.Inspect(r.Context(), d.b, name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v := cellView{Cell: name, Node: rec.Node, Epoch: rec.Epoch, Released: exists && rec.Released(), Claimed: exists}
+	if c := d.held(name); c != nil && c.lease.Epoch() == rec.Epoch {
+		v.HeldHere, v.OwnerAlive, v.OwnerAddr = true, true, d.cfg.Advertise
+	} else if exists && !rec.Released() {
+		if n, err := d.currentNode(); err == nil {
+			if ob, err := n.Observer().Observe(r.Context(), rec.Node); err == nil {
+				v.OwnerAlive = owner.Alive(ob, time.Now(), n.Params())
+				v.OwnerAddr = ob.Addr
+			}
+		}
+	}
+	writeJSONStatus(w, http.StatusOK, v)
+}
+
+type heldView struct {
+	Cell  string `json:"cell"`
+	Epoch uint64 `json:"epoch"`
+}
+
+func (d *daemon) listHeld(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	names := make([]string, 0, len(d.cells))
+	for n := range d.cells {
+		names = append(names, n)
+	}
+	d.mu.Unlock()
+	out := []heldView{}
+	for _, n := range names {
+		if c := d.held(n); c != nil {
+			out = append(out, heldView{Cell: n, Epoch: c.lease.Epoch()})
+		}
+	}
+	slices.SortFunc(out, func(a, b heldView) int { return strings.Compare(a.Cell, b.Cell) })
+	writeJSONStatus(w, http.StatusOK, map[string]any{"node": d.cfg.Node, "cells": out})
+}
+
+type claimView struct {
+	Cell  string `json:"cell"`
+	Node  string `json:"node"`
+	Epoch uint64 `json:"epoch"`
+}
+
+func (d *daemon) claimCell(w http.ResponseWriter, r *http.Request) {
+	force, err := boolParam(r, "force")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, err := d.acquire(r.Context(), r.PathValue("cell"), force)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, claimView{Cell: c.name, Node: d.cfg.Node, Epoch: c.lease.Epoch()})
+}
+
+func (d *daemon) releaseCell(w http.ResponseWriter, r *http.Request) {
+	rec, err := d.release(r.Context(), r.PathValue("cell"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"cell": r.PathValue("cell"), "node": "", "epoch": rec.Epoch, "released": true})
+}
+
+// appendView is the answer of a durable append.
+type appendView struct {
+	Cell  string `json:"cell"`
+	Epoch uint64 `json:"epoch"`
+	TxID  uint64 `json:"txid"`
+	Pos   uint64 `json:"pos"`
+}
+
+func (d *daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int64) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, bucket.Errorf(bucket.CodeBadRequest, "record exceeds the limit of %d bytes", maxBody))
+			return
+		}
+		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "read request body: %w", err))
+		return
+	}
+	c, err := d.acquire(r.Context(), r.PathValue("cell"), false)
+	if err != nil {
+		d.m.appends.WithLabelValues(resultOf(err)).Inc()
+		writeError(w, err)
+		return
+	}
+	res, err := c.log.Append(r.Context(), c.lease, body)
+	d.m.appends.WithLabelValues(resultOf(err)).Inc()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, appendView{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), Pos: uint64(res.Pos)})
+}
+
+// recordView is one record in a read.
+type recordView struct {
+	Pos   uint64 `json:"pos"`
+	Epoch uint64 `json:"epoch"`
+	TxID  uint64 `json:"txid"`
+	Data  []byte `json:"data"` // base64 in JSON
+}
+
+func (d *daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) {
+	name := r.PathValue("cell")
+	if err := owner.ValidateName("cell", name); err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	after, err := uintParam(q.Get("after"), "after", 0)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := uintParam(q.Get("limit"), "limit", 100)
+	if err != nil || limit == 0 || limit > uint64(maxLimit) {
+		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "limit must be 1..%d", maxLimit))
+		return
+	}
+	barrier, err := boolParam(r, "barrier")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var recs []replication.Record
+	if c := d.held(name); c != nil {
+		recs, err = c.log.Read(r.Context(), replication.Pos(after), int(limit), barrier)
+	} else if barrier {
+		err = bucket.Errorf(bucket.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
+	} else {
+		recs, err = replication.Read(r.Context(), d.b, name, replication.Pos(after), int(limit))
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]recordView, len(recs))
+	next := after
+	for i, rec := range recs {
+		out[i] = recordView{Pos: uint64(rec.Pos), Epoch: rec.Epoch, TxID: uint64(rec.TxID), Data: rec.Data}
+		next = uint64(rec.Pos)
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"cell": name, "records": out, "next_after": next})
+}
+
+func resultOf(err error) string {
+	switch bucket.CodeOf(err) {
+	case "":
+		return "ok"
+	case bucket.CodeSuperseded, bucket.CodeNodeFenced, bucket.CodeReleased:
+		return "fenced"
+	case bucket.CodeHeld:
+		return "held"
+	default:
+		return "error"
+	}
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return false, nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, bucket.Errorf(bucket.CodeBadRequest, "?%s=%q: want true or false", name, s)
+	}
+	return v, nil
+}
+
+func uintParam(s, name string, def uint64) (uint64, error) {
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, bucket.Errorf(bucket.CodeBadRequest, "?%s=%q: want a non-negative integer", name, s)
+	}
+	return v, nil
+}
+
+// httpStatus maps a code to the HTTP status of its error body.
+func httpStatus(code bucket.Code) int {
+	switch code {
+	case bucket.CodeInvalidName, bucket.CodeBadRequest, bucket.CodeInvalidLease:
+		return http.StatusBadRequest
+	case bucket.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case bucket.CodeHeld, bucket.CodeSuperseded, bucket.CodeReleased, bucket.CodeNotHolder:
+		return http.StatusConflict
+	case bucket.CodeNodeFenced, bucket.CodeContract, bucket.CodeUnavailable, bucket.CodeAmbiguous:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// errorBody is every error the API returns.
+type errorBody struct {
+	Code      bucket.Code `json:"code"`
+	Error     string      `json:"error"`
+	Owner     string      `json:"owner,omitempty"`
+	OwnerAddr string      `json:"owner_addr,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	writeErrorStatus(w, 0, err)
+}
+
+func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	code := bucket.CodeOf(err)
+	if errors.Is(err, context.Canceled) {
+		code = bucket.CodeUnavailable
+	}
+	body := errorBody{Code: code, Error: err.Error()}
+	var held *owner.HeldError
+	if errors.As(err, &held) {
+		body.Owner, body.OwnerAddr = held.Owner, held.Addr
+	}
+	if status == 0 {
+		status = httpStatus(code)
+	}
+	if !strings.HasPrefix(body.Error, string(code)) {
+		body.Error = fmt.Sprintf("%s %s", code, body.Error)
+	}
+	writeJSONStatus(w, status, body)
+}
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
+)
+
+// daemonConfig is what `deed run` resolved from flags and environment.
+type daemonConfig struct {
+	Node      string
+	Advertise string
+	TTL       time.Duration
+	// FenceExit makes a fenced node exit (status 3) instead of dropping its
+	// cells and trying to win its node lease back.
+	FenceExit bool
+	// SkipProbe is for tests that already probed the store.
+	SkipProbe bool
+}
+
+// daemon is the long-running node: a node lease, the cells it holds with
+// their open logs, and the HTTP API in front of them.
+type daemon struct {
+	cfg daemonConfig
+	b   bucket.Bucket
+	log *slog.Logger
+	m   *metrics
+
+	mu     sync.Mutex
+	node   *owner.Node // nil while fenced and not yet re-opened
+	cells  map[string]*cell
+	probed bool
+	closed bool
+
+	fenced chan error // receives the fence error when FenceExit is set
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// cell is one cell held here: its lease and the log opened on it. mu
+// serialises claiming and opening, so two requests for a free cell claim
+// it once.
+type cell struct {
+	name  string
+	mu    sync.Mutex
+	lease *owner.Lease
+	log   *replication.Log
+}
+
+// openDaemon probes the store, opens the node lease and starts watching for
+// a fence. The caller serves the API and calls Close on shutdown.
+func openDaemon(ctx context.Context, cfg daemonConfig, b bucket.Bucket, log *slog.Logger, m *metrics) (*daemon, error) {
+	d := &daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
+	d.b = instrumented{b: b, m: m}
+	if !cfg.SkipProbe {
+		rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{})
+		if err != nil {
+			return nil, bucket.Wrap(err, "probe store")
+		}
+		for _, c := range rep.Checks {
+			if c.Warning {
+				log.Warn("store probe warning", "check", c.Name, "detail", c.Detail)
+			}
+		}
+	}
+	d.probed = true
+	n, err := d.newNode()
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Open(ctx); err != nil {
+		return nil, err
+	}
+	d.node = n
+	m.nodeLeaseHeld.Set(1)
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	d.wg.Add(1)
+	go d.watchNode(wctx, n)
+	return d, nil
+}
+
+func (d *daemon) newNode() (*owner.Node, error) {
+	return owner.NewNode(d.b, owner.Config{
+		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log,
+		Hooks: owner.Hooks{
+			Claim: func(_, result, reason string) {
+				d.m.claims.WithLabelValues(result, reason).Inc()
+				if result == "ok" && (reason == "owner-dead" || reason == "forced") {
+					d.m.takeovers.WithLabelValues(reason).Inc()
+				}
+			},
+			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
+			Fence: func(reason string) { d.m.fences.WithLabelValues(reason).Inc() },
+		},
+	})
+}
+
+// watchNode waits for the node to fence. Its leases have ended by then;
+// the daemon drops its cells and, unless FenceExit, opens a new
+// incarnation, which waits out the old one's TTL before it may act.
+func (d *daemon) watchNode(ctx context.Context, n *owner.Node) {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.Done():
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return
+		}
+		d.node = nil
+		dropped := d.cells
+		d.cells = map[string]*cell{}
+		d.mu.Unlock()
+		d.m.nodeLeaseHeld.Set(0)
+		d.m.cellsHeld.Set(0)
+		for _, c := range dropped {
+			c.mu.Lock()
+			if c.log != nil {
+				d.abandon(c.log)
+			}
+			c.mu.Unlock()
+		}
+		d.log.Error("node fenced; dropped every cell", "err", n.Err(), "cells", len(dropped))
+		if d.cfg.FenceExit {
+			d.fenced <- n.Err()
+			return
+		}
+		for {
+			nn, err := d.newNode()
+			if err == nil {
+				err = nn.Open(ctx)
+			}
+			if err == nil {
+				d.mu.Lock()
+				d.node = nn
+				d.mu.Unlock()
+				d.m.nodeLeaseHeld.Set(1)
+				d.log.Info("node lease regained", "incarnation", nn.Incarnation())
+				n = nn
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Warn("regaining node lease failed; retrying", "err", err)
+			if sleepCtx(ctx, d.cfg.TTL/3) != nil {
+				return
+			}
+		}
+	}
+}
+
+// currentNode is the node to act as, or DEED-E025 while fenced.
+func (d *daemon) currentNode() (*owner.Node, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, bucket.Errorf(bucket.CodeNodeFenced, "node %s is shutting down", d.cfg.Node)
+	}
+	if d.node == nil {
+		return nil, bucket.Errorf(bucket.CodeNodeFenced, "node %s is fenced and regaining its node lease", d.cfg.Node)
+	}
+	return d.node, nil
+}
+
+// ready reports whether the node lease is held and the probe passed.
+func (d *daemon) ready() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.probed && d.node != nil && !d.closed && d.node.Err() == nil
+}
+
+// held returns the live cell state for name, or nil.
+func (d *daemon) held(name string) *cell {
+	d.mu.Lock()
+	c := d.cells[name]
+	d.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease == nil || c.lease.Err() != nil {
+		return nil
+	}
+	return c
+}
+
+// acquire returns the cell with a live lease and an open log, claiming it
+// first when this node does not hold it (force: even from a live owner, and
+// even when held here — a forced re-claim bumps the epoch).
+func (d *daemon) acquire(ctx context.Context, name string, force bool) (*cell, error) {
+	if err := owner.ValidateName("cell", name); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	c := d.cells[name]
+	if c == nil {
+		c = &cell{name: name}
+		d.cells[name] = c
+	}
+	d.mu.Unlock()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease != nil && c.lease.Err() == nil && !force {
+		return c, nil
+	}
+	n, err := d.currentNode()
+	if err != nil {
+		d.dropIfEmpty(c)
+		return nil, err
+	}
+	l, err := n.Claim(ctx, name, owner.ClaimOptions{Force: force})
+	if err != nil {
+		d.dropIfEmpty(c)
+		return nil, err
+	}
+	lg, err := replication.Open(ctx, d.b, l, replication.WithLogger(d.log))
+	if err != nil {
+		// Not able to fence the predecessors: give the cell back so another
+		// node (or a retry) can.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.TTL)
+		_ = l.Release(rctx)
+		cancel()
+		d.dropIfEmpty(c)
+		return nil, err
+	}
+	c.lease, c.log = l, lg
+	d.m.cellsHeld.Set(float64(d.countHeld()))
+	d.wg.Add(1)
+	go d.watchLease(c, l)
+	return c, nil
+}
+
+// dropIfEmpty removes a cell entry that never got a lease; c.mu is held.
+func (d *daemon) dropIfEmpty(c *cell) {
+	if c.lease != nil && c.lease.Err() == nil {
+		return
+	}
+	d.mu.Lock()
+	if d.cells[c.name] == c {
+		delete(d.cells, c.name)
+	}
+	d.mu.Unlock()
+}
+
+// watchLease forgets the cell when its lease ends (superseded, released,
+// node fenced) so the next request claims afresh.
+func (d *daemon) watchLease(c *cell, l *owner.Lease) {
+	defer d.wg.Done()
+	<-l.Done()
+	c.mu.Lock()
+	if c.lease == l {
+		if c.log != nil {
+			d.abandon(c.log)
+		}
+		c.lease, c.log = nil, nil
+		d.dropIfEmpty(c)
+	}
+	c.mu.Unlock()
+	d.m.cellsHeld.Set(float64(d.countHeld()))
+	if err := l.Err(); bucket.CodeOf(err) == bucket.CodeSuperseded {
+		d.log.Warn("lease lost", "cell", l.Cell(), "epoch", l.Epoch(), "err", err)
+	}
+}
+
+func (d *daemon) countHeld() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.cells)
+}
+
+// abandon stops the writer of a log whose lease has ended. Closing tries to
+// seal the log's own chain end, which is safe whatever ended the lease: the
+// seal is a create-only write in our own epoch, and if a successor sealed
+// that slot first, ours is refused.
+func (d *daemon) abandon(lg *replication.Log) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.TTL)
+		defer cancel()
+		_ = lg.Close(ctx)
+	}()
+}
+
+// release seals the cell's log and releases its record, so a peer can
+// claim it at once and start without walking the chain.
+func (d *daemon) release(ctx context.Context, name string) (owner.Record, error) {
+	if err := owner.ValidateName("cell", name); err != nil {
+		return owner.Record{}, err
+	}
+	c := d.held(name)
+	if c == nil {
+		d.m.releases.WithLabelValues("not_holder").Inc()
+		rec, _, _ := owner.Inspect(ctx, d.b, name)
+		return rec, bucket.Errorf(bucket.CodeNotHolder, "release %s: not held by this node (%s)", name, d.cfg.Node)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, lg := c.lease, c.log
+	if l == nil {
+		return owner.Record{}, bucket.Errorf(bucket.CodeNotHolder, "release %s: not held by this node (%s)", name, d.cfg.Node)
+	}
+	if err := lg.Close(ctx); err != nil {
+		d.m.releases.WithLabelValues("error").Inc()
+		return owner.Record{}, bucket.Wrap(err, "release %s", name)
+	}
+	if err := l.Release(ctx); err != nil {
+		d.m.releases.WithLabelValues("error").Inc()
+		return owner.Record{}, err
+	}
+	d.m.releases.WithLabelValues("ok").Inc()
+	return owner.Record{Node: "", Epoch: l.Epoch()}, nil
+}
+
+// Close drains: every log is sealed and every cell released, then the node
+// lease is marked released, so peers can claim everything at once.
+func (d *daemon) Close(ctx context.Context) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	cells := make([]*cell, 0, len(d.cells))
+	for _, c := range d.cells {
+		cells = append(cells, c)
+	}
+	n := d.node
+	d.mu.Unlock()
+
+	var errs []error
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	sem := make(chan struct{}, 32) // bounded parallel drain
+	for _, c := range cells {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c.mu.Lock()
+			l, lg := c.lease, c.log
+			c.mu.Unlock()
+			if l == nil || l.Err() != nil {
+				return
+			}
+			err := lg.Close(ctx)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("drain %s: %w", c.name, err))
+				emu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if n != nil {
+		if err := n.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.cancel()
+	d.wg.Wait()
+	d.m.nodeLeaseHeld.Set(0)
+	d.m.cellsHeld.Set(0)
+	d.log.Info("drained", "cells", len(cells), "errors", len(errs))
+	return errors.Join(errs...)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

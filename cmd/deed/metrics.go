@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// metrics are the daemon's Prometheus series. Each has a fixed, small label
+// set: no cell names in labels, so cardinality stays flat with 100,000 cells.
+type metrics struct {
+	reg *prometheus.Registry
+
+	cellsHeld     prometheus.Gauge
+	claims        *prometheus.CounterVec // result, reason
+	releases      *prometheus.CounterVec // result
+	takeovers     *prometheus.CounterVec // reason: owner-dead, forced
+	appends       *prometheus.CounterVec // result
+	txnRecords    prometheus.Histogram
+	txnPuts       prometheus.Histogram
+	s3Requests    *prometheus.CounterVec // op, outcome
+	s3Latency     *prometheus.HistogramVec
+	renewals      *prometheus.CounterVec // result
+	fences        *prometheus.CounterVec // reason
+	nodeLeaseHeld prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.cellsHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_cells_held", Help: "Cells this node holds a live lease on."})
+	m.claims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_claims_total", Help: "Claim attempts by result (ok, held, corrupt, error) and reason (absent, released, re-entry, owner-dead, forced, owner-alive)."}, []string{"result", "reason"})
+	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_releases_total", Help: "Cell releases by result."}, []string{"result"})
+	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_takeovers_total", Help: "Successful claims that took a cell from another node, by reason (owner-dead, forced)."}, []string{"reason"})
+	m.appends = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_appends_total", Help: "Appends by result (ok, superseded, error)."}, []string{"result"})
+	m.txnRecords = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_records", Help: "Records per transaction file (group commit batch size).", Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
+	m.txnPuts = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_puts", Help: "PUT attempts per transaction file (1 unless a PUT was ambiguous and retried).", Buckets: []float64{1, 2, 3, 5, 8}})
+	m.s3Requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_s3_requests_total", Help: "Store requests by operation and outcome (ok, not_found, precondition, conflict, ambiguous, unavailable, denied, unsupported)."}, []string{"op", "outcome"})
+	m.s3Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "deed_s3_request_duration_seconds", Help: "Store request latency by operation.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"op"})
+	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_renewals_total", Help: "Node-lease renewal attempts by result (ok, error, replaced, deleted)."}, []string{"result"})
+	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (expired, replaced, deleted)."}, []string{"reason"})
+	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
+	for _, c := range []prometheus.Collector{m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld} {
+		f(c)
+	}
+	return m
+}
+
+// outcome names a store error for the s3 request counter.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, bucket.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, bucket.ErrPrecondition):
+		return "precondition"
+	case errors.Is(err, bucket.ErrConflict):
+		return "conflict"
+	case errors.Is(err, bucket.ErrAmbiguous):
+		return "ambiguous"
+	case errors.Is(err, bucket.ErrAccessDenied):
+		return "denied"
+	case errors.Is(err, bucket.ErrUnsupported):
+		return "unsupported"
+	default:
+		return "unavailable"
+	}
+}
+
+// instrumented counts and times every request the daemon sends.
+type instrumented struct {
+	b bucket.Bucket
+	m *metrics
+}
+
+func (i instrumented) observe(op string, start time.Time, err error) {
+	i.m.s3Requests.WithLabelValues(op, outcome(err)).Inc()
+	i.m.s3Latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+func (i instrumented) Get(ctx context.Context, key string) (bucket.Object, error) {
+	start := time.Now()
+	o, err := i.b.Get(ctx, key)
+	i.observe("get", start, err)
+	return o, err
+}
+
+func (i instrumented) Head(ctx context.Context, key string) (bucket.Info, error) {
+	start := time.Now()
+	o, err := i.b.Head(ctx, key)
+	i.observe("head", start, err)
+	return o, err
+}
+
+func (i instrumented) Put(ctx context.Context, key string, body []byte, c bucket.Condition) (string, error) {
+	start := time.Now()
+	etag, err := i.b.Put(ctx, key, body, c)
+	i.observe("put", start, err)
+	return etag, err
+}
+
+func (i instrumented) Delete(ctx context.Context, key string, c bucket.Condition) error {
+	start := time.Now()
+	err := i.b.Delete(ctx, key, c)
+	i.observe("delete", start, err)
+	return err
+}
+
+func (i instrumented) List(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
+	start := time.Now()
+	p, err := i.b.List(ctx, in)
+	i.observe("list", start, err)
+	return p, err
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// invocation is everything a run of the CLI depends on from outside, so that
+// tests run commands in-process without touching the real environment.
+type invocation struct {
+	Args   []string
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads deed's own environment variables (DEED_*, AWS_REGION,
+	// AWS_ENDPOINT_URL_S3). The AWS SDK still reads the process environment
+	// for credentials and its shared config.
+	Getenv func(string) string
+	// Credentials, when set, replaces the AWS default credential chain
+	// (tests use static keys).
+	Credentials aws.CredentialsProvider
+}
+
+// config is shared by every command: the persistent flags, resolved against
+// the environment in the root's PersistentPreRunE, plus the outputs. Later
+// commands (run, claim, release, show, ls, nodes, exec, append, read, gc)
+// take it the same way probe does.
+type config struct {
+	inv invocation
+
+	// Persistent flags, as given.
+	bucketURL string
+	endpoint  string
+	region    string
+	node      string
+	json      bool
+	logLevel  string
+
+	// log writes to stderr at --log-level; set by PersistentPreRunE.
+	log *slog.Logger
+	// ready is set once flags and arguments were accepted: an error after
+	// that point comes from the command itself, one before it is a usage
+	// error (DEED-E040).
+	ready bool
+}
+
+// commands lists the subcommand constructors, one file each. Add new
+// commands here.
+var commands = []func(*config) *cobra.Command{
+	newProbeCmd,
+	newFakes3Cmd,
+	newVersionCmd,
+	newRunCmd,
+}
+
+// Environment variables read by the persistent flags.
+const (
+	envBucket     = "DEED_BUCKET"
+	envEndpoint   = "DEED_ENDPOINT"
+	envEndpointS3 = "AWS_ENDPOINT_URL_S3"
+	envRegion     = "AWS_REGION"
+	envNode       = "DEED_NODE"
+)
+
+func newRootCmd(cfg *config) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "deed",
+		Short: "deed gives each cell exactly one owner, using only an S3 bucket",
+		Long: `deed gives each cell (a tenant, shard, actor, job: any unit that must have
+exactly one writer) an owner, using nothing but an S3 bucket's conditional
+writes.
+
+Errors start with a stable code (DEED-Ennn); the exit status follows from it:
+0 ok, 1 error, 2 bad input, 3 fenced, 4 held by another node, 5 the store
+fails the conditional-write contract.`,
+		SilenceErrors: true, // run prints errors, with their code
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.ready = true
+			return cfg.resolve(cmd)
+		},
+	}
+	root.SetOut(cfg.inv.Stdout)
+	root.SetErr(cfg.inv.Stderr)
+	root.SetArgs(cfg.inv.Args)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return bucket.Errorf(bucket.CodeBadRequest, "%s: %w (see '%s --help')", cmd.CommandPath(), err, cmd.CommandPath())
+	})
+
+	f := root.PersistentFlags()
+	f.StringVar(&cfg.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX] (env "+envBucket+")")
+	f.StringVar(&cfg.endpoint, "endpoint", "", "S3 endpoint URL for S3-compatible stores (env "+envEndpoint+", then "+envEndpointS3+"; default AWS)")
+	f.StringVar(&cfg.region, "region", "", "signing region (env "+envRegion+", then the AWS config; default "+bucket.DefaultRegion+")")
+	f.StringVar(&cfg.node, "node", "", "this node's id (env "+envNode+"; default the hostname)")
+	f.BoolVar(&cfg.json, "json", false, "print results and errors as JSON")
+	f.StringVar(&cfg.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+
+	for _, c := range commands {
+		root.AddCommand(c(cfg))
+	}
+	return root
+}
+
+// resolve fills unset flags from the environment and sets up logging.
+func (cfg *config) resolve(cmd *cobra.Command) error {
+	env := cfg.inv.Getenv
+	if env == nil {
+		env = func(string) string { return "" }
+	}
+	flags := cmd.Flags()
+	if !flags.Changed("bucket") {
+		cfg.bucketURL = env(envBucket)
+	}
+	if !flags.Changed("endpoint") {
+		cfg.endpoint = firstNonEmpty(env(envEndpoint), env(envEndpointS3))
+	}
+	if !flags.Changed("region") {
+		cfg.region = env(envRegion)
+	}
+	if !flags.Changed("node") {
+		cfg.node = env(envNode)
+		if cfg.node == "" {
+			cfg.node, _ = os.Hostname()
+		}
+	}
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
+		return bucket.Errorf(bucket.CodeBadRequest, "--log-level %q: want debug, info, warn or error", cfg.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.json {
+		cfg.log = slog.New(slog.NewJSONHandler(cfg.inv.Stderr, opts))
+	} else {
+		cfg.log = slog.New(slog.NewTextHandler(cfg.inv.Stderr, opts))
+	}
+	return nil
+}
+
+// openBucket opens the configured bucket. Every configuration mistake (no
+// bucket, a malformed URL or endpoint) is DEED-E040 and is reported before
+// any request is sent.
+func (cfg *config) openBucket(ctx context.Context) (bucket.Bucket, bucket.Location, error) {
+	if cfg.bucketURL == "" {
+		return nil, bucket.Location{}, bucket.Errorf(bucket.CodeBadRequest, "no bucket: set --bucket s3://NAME[/PREFIX] or %s", envBucket)
+	}
+	loc, err := bucket.ParseURL(cfg.bucketURL)
+	if err != nil {
+		return nil, bucket.Location{}, bucket.Errorf(bucket.CodeBadRequest, "--bucket: %w", err)
+	}
+	b, err := bucket.OpenS3(ctx, loc, bucket.S3Options{
+		Endpoint:    cfg.endpoint,
+		Region:      cfg.region,
+		Credentials: cfg.inv.Credentials,
+	})
+	if err != nil {
+		return nil, loc, bucket.Errorf(bucket.CodeBadRequest, "%w", err)
+	}
+	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", cfg.endpoint, "region", cfg.region)
+	return b, loc, nil
+}
+
+// describe names the configured store for reports: the URL, plus the
+// endpoint when it is not AWS.
+func (cfg *config) describe(loc bucket.Location) string {
+	if cfg.endpoint == "" {
+		return loc.String()
+	}
+	return loc.String() + " at " + cfg.endpoint
+}
+
+// run executes one invocation of the CLI and returns its exit status. It is
+// the single place that turns an error into output and a status.
+func run(ctx context.Context, inv invocation) int {
+	cfg := &config{inv: inv}
+	root := newRootCmd(cfg)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	if !cfg.ready {
+		// Unknown command, unknown flag, wrong number of arguments: cobra
+		// rejected the command line before any command ran.
+		var coded *bucket.Error
+		if !errors.As(err, &coded) {
+			err = bucket.Errorf(bucket.CodeBadRequest, "%w (see 'deed --help')", err)
+		}
+		// cobra may have stopped before parsing --json (an unknown command).
+		cfg.json = cfg.json || wantsJSON(inv.Args)
+	}
+	return cfg.fail(err)
+}
+
+// fail prints err to stderr, led by its code (as JSON with --json), and
+// returns the exit status for that code.
+func (cfg *config) fail(err error) int {
+	code := bucket.CodeOf(err)
+	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), string(code)))
+	if cfg.json {
+		writeJSON(cfg.inv.Stderr, struct {
+			Code  bucket.Code `json:"code"`
+			Error string      `json:"error"`
+		}{code, msg})
+	} else {
+		fmt.Fprintf(cfg.inv.Stderr, "%s %s\n", code, msg)
+	}
+	return code.ExitStatus()
+}
+
+// wantsJSON scans raw arguments for --json, for errors cobra reports before
+// it parses flags.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "--json=true":
+			return true
+		}
+	}
+	return false
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
