@@ -39,8 +39,10 @@ type Bucket interface {
 	// Put writes body under key if cond holds and returns the new ETag.
 	Put(ctx context.Context, key string, body []byte, cond Condition) (etag string, err error)
 	// Delete removes key. With IfMatch it refuses (ErrPrecondition) when the
-	// current ETag differs, and reports ErrNotFound when the key is missing.
-	// Without a condition, deleting a missing key is not an error.
+	// current ETag differs, and reports ErrNotFound when the key is missing
+	// (some stores report success instead, see QuirkDeleteMissingOK: treat
+	// both as "the version named is gone"). Without a condition, deleting a
+	// missing key is not an error.
 	Delete(ctx context.Context, key string, cond Condition) error
 	// List returns one page of keys under in.Prefix, in lexical order.
 	List(ctx context.Context, in ListInput) (ListPage, error)

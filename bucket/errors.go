@@ -21,7 +21,9 @@ var (
 	// write (5xx, SlowDown, timeout, connection refused). Safe to retry.
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrUnsupported: the store rejected the request as not implemented
-	// (for example a conditional DELETE on an older store).
+	// (for example a conditional DELETE on an older store), or as a key it
+	// cannot hold (see the posix-* rows of Quirks). Nothing was written, and
+	// retrying will not help.
 	ErrUnsupported = errors.New("not supported by store")
 	// ErrAccessDenied: wrong credentials or missing permissions.
 	ErrAccessDenied = errors.New("access denied")
@@ -72,32 +74,36 @@ func (e *OpError) ErrorCode() Code {
 // error. status is the HTTP status (0 if no response arrived), code the S3
 // error code, cond the write's condition, and cause the underlying error.
 //
-// Rules (the quirks table in quirks.go documents the store-specific ones):
+// Store-specific rules come first, from the Quirks table (quirks.go): 404
+// on a put with If-Match → ErrPrecondition, 409 → ErrConflict (except the
+// permanent 409s of posix-backed stores → ErrUnsupported), 501 →
+// ErrUnsupported. Then the generic rules:
 //   - 412 → ErrPrecondition.
-//   - 409 ConditionalRequestConflict (or any 409 on a conditional write) → ErrConflict.
-//   - 404 on a Put/Delete with If-Match → ErrPrecondition for a Put (AWS
-//     answers If-Match on a missing key with 404: the version we expected is
-//     gone, which is what 412 means) and ErrNotFound for a Delete.
-//   - 404 on reads → ErrNotFound.
-//   - 403 → ErrAccessDenied; 501 → ErrUnsupported.
-//   - anything else on a conditional write → ErrAmbiguous; on a read or
-//     unconditional write → ErrUnavailable.
+//   - 404 on anything else → ErrNotFound (NoSuchBucket is not a missing key:
+//     it falls through to the last two rules).
+//   - 401/403 → ErrAccessDenied.
+//   - anything else on a conditional write → ErrAmbiguous (5xx, timeouts and
+//     resets included: the write may have landed, so it is never reported as
+//     lost); on a read or unconditional write → ErrUnavailable.
 func Classify(op, key string, cond Condition, status int, code string, cause error) *OpError {
 	e := &OpError{Op: op, Key: key, Status: status, Code: code, Err: cause}
 	write := op == "put" || op == "delete"
+	if status == 412 {
+		e.Kind = ErrPrecondition
+		return e
+	}
+	// NoSuchBucket is a configuration error, never a statement about a key,
+	// so no quirk reinterprets it (a 404 NoSuchBucket on an If-Match put is
+	// not a precondition failure).
+	if q, ok := matchQuirk(op, cond, status, code); ok && code != "NoSuchBucket" {
+		e.Kind = q.Kind
+		return e
+	}
 	switch {
-	case status == 412:
-		e.Kind = ErrPrecondition
-	case status == 409 && (code == "ConditionalRequestConflict" || (write && cond.Conditional())):
-		e.Kind = ErrConflict
-	case status == 404 && op == "put" && cond.Kind == CondIfMatch:
-		e.Kind = ErrPrecondition
 	case status == 404 && code != "NoSuchBucket":
 		e.Kind = ErrNotFound
 	case status == 403 || status == 401:
 		e.Kind = ErrAccessDenied
-	case status == 501:
-		e.Kind = ErrUnsupported
 	case write && cond.Conditional():
 		e.Kind = ErrAmbiguous
 	default:

@@ -14,7 +14,9 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,8 +57,13 @@ const (
 	Drop
 )
 
+var faultNames = [...]string{"none", "error-before", "error-after", "409", "503", "drop"}
+
 func (f Fault) String() string {
-	return [...]string{"none", "error-before", "error-after", "409", "503", "drop"}[f]
+	if f < 0 || int(f) >= len(faultNames) {
+		return "fault(" + strconv.Itoa(int(f)) + ")"
+	}
+	return faultNames[f]
 }
 
 // Rule scripts a fault. Empty match fields match everything.
@@ -65,7 +72,12 @@ type Rule struct {
 	Key       string // exact key; "" = any
 	KeyPrefix string // key prefix; "" = any
 	Client    string // client name (see Mem.Client); "" = any
-	// Match, when set, must also return true.
+	// Match, when set, must also return true. Calls to Match are
+	// serialised (one at a time across all requests, so it may keep state
+	// without locking), but they run without the lock that guards the
+	// objects: Match may read the store with Bytes, Keys or Counts to fault
+	// a request only in some state. It must not send requests through the
+	// Mem.
 	Match func(op Op, key string) bool
 
 	Latency time.Duration // added before the request is served
@@ -102,6 +114,7 @@ type memObj struct {
 // Mem itself is the client named ""; Client gives named views that share
 // the same objects, so a test can partition or slow down one node.
 type Mem struct {
+	matchMu     sync.Mutex // serialises Rule.Match calls; never held with mu
 	mu          sync.Mutex
 	objs        map[string]memObj
 	rules       []*Rule
@@ -252,6 +265,20 @@ type plan struct {
 // begin counts the request, picks the faults that apply and sleeps the
 // latency. A non-nil error means the request must fail without applying.
 func (m *Mem) begin(ctx context.Context, client string, op Op, key string, cond bucket.Condition) (plan, error) {
+	// Match functions are test code that may read the store, so they run
+	// on a snapshot of the rules, under matchMu rather than mu.
+	m.mu.Lock()
+	rules := slices.Clone(m.rules)
+	m.mu.Unlock()
+	matched := rules[:0]
+	m.matchMu.Lock()
+	for _, r := range rules {
+		if r.matches(client, op, key) {
+			matched = append(matched, r)
+		}
+	}
+	m.matchMu.Unlock()
+
 	m.mu.Lock()
 	switch op {
 	case OpGet:
@@ -266,9 +293,9 @@ func (m *Mem) begin(ctx context.Context, client string, op Op, key string, cond 
 		m.counts.List++
 	}
 	var p plan
-	for _, r := range m.rules {
-		if !r.matches(client, op, key) {
-			continue
+	for _, r := range matched {
+		if !slices.Contains(m.rules, r) {
+			continue // removed while its Match ran
 		}
 		r.hits++
 		if r.hits <= r.Skip || (r.Times > 0 && r.hits > r.Skip+r.Times) {

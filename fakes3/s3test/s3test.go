@@ -1,0 +1,322 @@
+// Package s3test gives tests the S3 stores to run against: an in-process
+// HTTP fake (always) and versitygw (when DEED_VERSITYGW names its binary).
+//
+// It is imported only from _test.go files (bucket, owner, replication), so
+// that every layer runs the same tables through the real aws-sdk-go-v2 path,
+// not just against the in-memory fake.
+//
+// versitygw is started once per test binary and must be stopped when the
+// binary ends, which the testing package has no hook for; a package using
+// it needs
+//
+//	func TestMain(m *testing.M) { s3test.Main(m) }
+//
+// Without DEED_VERSITYGW, the versitygw targets are skipped with a log line
+// that says so, and only the in-process fake runs.
+package s3test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
+)
+
+// EnvVersitygw names the environment variable holding the path of the
+// versitygw binary (v1.8.0). Unset means: skip the versitygw targets.
+const EnvVersitygw = "DEED_VERSITYGW"
+
+// The static credentials every target uses. Neither server checks them
+// against anything real; they exist so that SigV4 signing has something to
+// sign with and the AWS default chain is never consulted in tests.
+const (
+	AccessKey = "deedtestaccess"
+	SecretKey = "deedtestsecret0123456789"
+)
+
+// Target is one store to run a test against.
+type Target struct {
+	// Name is "httpfake" or "versitygw", for subtest names.
+	Name string
+	// Bucket is scoped to a fresh, empty bucket (or prefix) of its own.
+	Bucket bucket.Bucket
+	// Endpoint is the store's URL, for tests that open their own client.
+	Endpoint string
+	// Loc is where Bucket points.
+	Loc bucket.Location
+}
+
+// Options returns the S3Options a test uses to open another client on the
+// target (for example a second node).
+func (t Target) Options() bucket.S3Options {
+	return bucket.S3Options{Endpoint: t.Endpoint, Region: bucket.DefaultRegion, Credentials: Credentials()}
+}
+
+// Credentials is the static provider for AccessKey/SecretKey.
+func Credentials() aws.CredentialsProvider {
+	return aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey, Source: "s3test"}, nil
+	})
+}
+
+// Targets returns every available store, each with a fresh bucket: the
+// in-process HTTP fake always, versitygw when DEED_VERSITYGW is set.
+func Targets(t testing.TB) []Target {
+	t.Helper()
+	ts := []Target{HTTPFake(t)}
+	if v, ok := Versitygw(t); ok {
+		ts = append(ts, v)
+	}
+	return ts
+}
+
+// HTTPFake starts a fakes3.Server on 127.0.0.1:0 for this test (closed at
+// its end) and opens it through bucket.OpenS3.
+func HTTPFake(t testing.TB) Target {
+	t.Helper()
+	return HTTPFakeWith(t, fakes3.ServerOptions{})
+}
+
+// HTTPFakeWith is HTTPFake with server options (for example
+// IgnoreConditions). The bucket "deed-test" is added to opts.Buckets.
+func HTTPFakeWith(t testing.TB, opts fakes3.ServerOptions) Target {
+	t.Helper()
+	const name = "deed-test"
+	opts.Buckets = append(slices.Clone(opts.Buckets), name)
+	srv, err := fakes3.NewServer(opts)
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		_ = srv.Close()
+		t.Fatalf("s3test: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("s3test: close fake: %v", err)
+		}
+	})
+	return open(t, "httpfake", url, bucket.Location{Bucket: name})
+}
+
+func open(t testing.TB, name, endpoint string, loc bucket.Location) Target {
+	t.Helper()
+	tg := Target{Name: name, Endpoint: endpoint, Loc: loc}
+	b, err := bucket.OpenS3(t.Context(), loc, tg.Options())
+	if err != nil {
+		t.Fatalf("s3test: open %s: %v", name, err)
+	}
+	tg.Bucket = b
+	return tg
+}
+
+// vgw is the one versitygw process of this test binary.
+var vgw struct {
+	once     sync.Once
+	mainUsed atomic.Bool
+	seq      atomic.Int64
+
+	err      error // from the start, set inside once
+	mu       sync.Mutex
+	proc     *proc
+	dir      string
+	endpoint string
+}
+
+// proc is a started child process and the outcome of waiting for it.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, valid after done
+}
+
+func startProc(cmd *exec.Cmd) (*proc, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Versitygw returns a target on a fresh bucket of the shared versitygw
+// process, starting it on first use. ok is false (and the reason logged)
+// when DEED_VERSITYGW is unset.
+func Versitygw(t testing.TB) (Target, bool) {
+	t.Helper()
+	bin := os.Getenv(EnvVersitygw)
+	if bin == "" {
+		t.Logf("s3test: versitygw target skipped: %s is not set (make test-s3 sets it)", EnvVersitygw)
+		return Target{}, false
+	}
+	if !vgw.mainUsed.Load() {
+		t.Fatalf("s3test: %s is set but this package's TestMain does not call s3test.Main, "+
+			"which stops versitygw when the test binary ends", EnvVersitygw)
+	}
+	vgw.once.Do(func() { vgw.err = startVersitygw(bin) })
+	if vgw.err != nil {
+		t.Fatalf("s3test: %v", vgw.err)
+	}
+	name := fmt.Sprintf("deed-%d-%d-%s", os.Getpid(), vgw.seq.Add(1), randHex(3))
+	if err := createBucket(t.Context(), vgw.endpoint, name); err != nil {
+		t.Fatalf("s3test: versitygw: %v", err)
+	}
+	return open(t, "versitygw", vgw.endpoint, bucket.Location{Bucket: name}), true
+}
+
+// Main runs the tests and then stops versitygw if a test started it. Use it
+// as the body of TestMain.
+func Main(m *testing.M) {
+	vgw.mainUsed.Store(true)
+	code := m.Run()
+	if err := stopVersitygw(); err != nil {
+		fmt.Fprintln(os.Stderr, "s3test:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func startVersitygw(bin string) error {
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("versitygw binary from %s: %w", EnvVersitygw, err)
+	}
+	dir, err := os.MkdirTemp("", "deed-versitygw-")
+	if err != nil {
+		return fmt.Errorf("create versitygw dir: %w", err)
+	}
+	// The port is picked by binding :0 and releasing it; another process can
+	// take it in between, so a failed start is retried on a new port.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey,
+			"--region", bucket.DefaultRegion, "--port", addr, "--quiet", "posix", dir)
+		// stdout carries only a start-up banner; errors go to stderr.
+		cmd.Stderr = os.Stderr
+		setDeathSignal(cmd)
+		p, err := startProc(cmd)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return fmt.Errorf("start versitygw: %w", err)
+		}
+		endpoint := "http://" + addr
+		if err := waitReady(endpoint, p, 20*time.Second); err != nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			lastErr = err
+			continue
+		}
+		vgw.mu.Lock()
+		vgw.proc, vgw.dir, vgw.endpoint = p, dir, endpoint
+		vgw.mu.Unlock()
+		return nil
+	}
+	_ = os.RemoveAll(dir)
+	return fmt.Errorf("start versitygw: %w", lastErr)
+}
+
+// stopVersitygw kills the gateway by its PID and removes its directory.
+func stopVersitygw() error {
+	vgw.mu.Lock()
+	defer vgw.mu.Unlock()
+	p := vgw.proc
+	if p == nil {
+		return nil
+	}
+	vgw.proc = nil
+	pid := p.cmd.Process.Pid
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop versitygw (pid %d): %w", pid, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("stop versitygw (pid %d): did not exit", pid)
+	}
+	if err := os.RemoveAll(vgw.dir); err != nil {
+		return fmt.Errorf("remove versitygw dir: %w", err)
+	}
+	return nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a port for versitygw: %w", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		return "", fmt.Errorf("pick a port for versitygw: %w", err)
+	}
+	return addr, nil
+}
+
+// waitReady polls until the gateway answers HTTP (any status: an
+// unauthenticated request gets 403, which proves it is serving).
+func waitReady(endpoint string, p *proc, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("versitygw exited during start: %v", p.err)
+		default:
+		}
+		resp, err := client.Get(endpoint + "/")
+		if err == nil {
+			_ = resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("versitygw not ready at %s after %v: %w", endpoint, limit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func createBucket(ctx context.Context, endpoint, name string) error {
+	client := s3.New(s3.Options{
+		BaseEndpoint: aws.String(endpoint),
+		Region:       bucket.DefaultRegion,
+		Credentials:  Credentials(),
+		UsePathStyle: true,
+	})
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return fmt.Errorf("create bucket %s: %w", name, err)
+	}
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.ToLower(hex.EncodeToString(b))
+}
