@@ -60,6 +60,15 @@ var commands = []func(*config) *cobra.Command{
 	newFakes3Cmd,
 	newVersionCmd,
 	newRunCmd,
+	newClaimCmd,
+	newReleaseCmd,
+	newShowCmd,
+	newLsCmd,
+	newNodesCmd,
+	newExecCmd,
+	newAppendCmd,
+	newReadCmd,
+	newGCCmd,
 }
 
 // Environment variables read by the persistent flags.
@@ -203,6 +212,12 @@ func run(ctx context.Context, inv invocation) int {
 // fail prints err to stderr, led by its code (as JSON with --json), and
 // returns the exit status for that code.
 func (cfg *config) fail(err error) int {
+	var child *childExit
+	if errors.As(err, &child) {
+		// deed exec: the command's own exit status, passed through. The
+		// command printed its own errors; this is not one of deed's.
+		return child.status
+	}
 	code := bucket.CodeOf(err)
 	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), string(code)))
 	if cfg.json {

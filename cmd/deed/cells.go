@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
+// Helpers shared by the cell commands (claim, release, show, ls, nodes,
+// exec, gc, append, read).
+
+// stdin is what `deed append` reads its record from and what `deed exec`
+// hands its child. A variable so that in-process tests can replace it.
+var stdin io.Reader = os.Stdin
+
+// releaseTimeout bounds the release of a cell and of the node lease when a
+// holding command (claim --hold, exec) ends, so that a store outage cannot
+// keep deed from exiting. A release that does not finish in time leaves the
+// node lease to expire: peers take over after TTL+margin instead of at once.
+const releaseTimeout = 10 * time.Second
+
+// getenv reads deed's environment through the invocation (tests pass their
+// own).
+func (cfg *config) getenv(key string) string {
+	if cfg.inv.Getenv == nil {
+		return ""
+	}
+	return cfg.inv.Getenv(key)
+}
+
+// validNames checks --node (when the command acts as a node) and every cell
+// name, before any request is sent: a bad name is DEED-E001, exit 2, and
+// nothing is written.
+func (cfg *config) validNames(withNode bool, cells ...string) error {
+	if withNode {
+		if err := owner.ValidateName("node", cfg.node); err != nil {
+			return bucket.Wrap(err, "--node")
+		}
+	}
+	for _, c := range cells {
+		if err := owner.ValidateName("cell", c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeLog is the logger handed to an owner.Node. Its info lines ("node
+// opened", "claimed") are the daemon's business; a CLI command prints its
+// own result, so they are shown only when --log-level was given explicitly.
+// Warnings (a failed renewal) and errors (a fence) always show.
+func (cfg *config) nodeLog(cmd *cobra.Command) *slog.Logger {
+	if cmd.Flags().Changed("log-level") {
+		return cfg.log
+	}
+	opts := &slog.HandlerOptions{Level: slog.LevelWarn}
+	if cfg.json {
+		return slog.New(slog.NewJSONHandler(cfg.inv.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(cfg.inv.Stderr, opts))
+}
+
+// pollInterval is how often a waiting claim tries again: a tenth of the TTL
+// within [100ms, 1s], so a released cell is noticed quickly and a dead
+// owner is noticed within one poll of TTL+margin.
+func pollInterval(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 100*time.Millisecond), time.Second)
+}
+
+// claimWait claims cell with n. With wait > 0 it keeps trying while the
+// cell is held by a live node (DEED-E020) until wait has elapsed. It uses
+// the same Node every time, so the node's Observer accumulates history: an
+// owner whose node lease stays unchanged for TTL+margin is judged dead and
+// taken over. Any other error ends the wait at once.
+func claimWait(ctx context.Context, n *owner.Node, cell string, force bool, wait time.Duration, log *slog.Logger) (*owner.Lease, error) {
+	deadline := time.Now().Add(wait)
+	poll := pollInterval(n.Params().TTL)
+	for attempt := 0; ; attempt++ {
+		l, err := n.Claim(ctx, cell, owner.ClaimOptions{Force: force})
+		if err == nil {
+			return l, nil
+		}
+		if bucket.CodeOf(err) != bucket.CodeHeld || wait <= 0 {
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, bucket.Wrap(err, "still held after waiting %v", wait)
+		}
+		if attempt == 0 {
+			log.Info("cell held; waiting", "cell", cell, "wait", wait, "err", err)
+		}
+		if serr := sleepCtx(ctx, min(poll, left)); serr != nil {
+			return nil, bucket.Wrap(err, "interrupted while waiting")
+		}
+	}
+}
+
+// watchRecord polls the cell's ownership record every interval and ends l
+// as superseded as soon as the record no longer carries l's claim: another
+// node took the cell over (a forced claim, or a takeover after judging this
+// node dead) or an operator released it with --force. A lease does not
+// learn this by itself until its next data-path write; a holder that only
+// runs a command (exec, claim --hold) writes nothing, so it looks. Store
+// errors are ignored: if the store stays unreachable, the node lease fences
+// the node, which ends the lease too. It returns when l ends or ctx is done.
+func watchRecord(ctx context.Context, b bucket.Bucket, l *owner.Lease, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.Done():
+			return
+		case <-t.C:
+		}
+		rec, exists, err := owner.Inspect(ctx, b, l.Cell())
+		switch {
+		case err != nil && bucket.CodeOf(err) == bucket.CodeCorruptOwner:
+			l.Supersede(errors.New("own.json was overwritten with something that is not an ownership record"))
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn("cannot read the ownership record; still holding", "cell", l.Cell(), "err", err)
+			}
+		case !exists:
+			l.Supersede(errors.New("own.json was deleted"))
+		case rec.Nonce != l.Token():
+			if rec.Released() {
+				l.Supersede(fmt.Errorf("released by someone else at epoch %d", rec.Epoch))
+			} else {
+				l.Supersede(fmt.Errorf("now held by node %s at epoch %d", rec.Node, rec.Epoch))
+			}
+		}
+	}
+}
+
+// holder runs watchRecord in the background until stop is called.
+type holder struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startWatch(ctx context.Context, b bucket.Bucket, l *owner.Lease, ttl time.Duration, log *slog.Logger) *holder {
+	h := &holder{}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.cancel = cancel
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		watchRecord(wctx, b, l, max(ttl/3, 50*time.Millisecond), log)
+	}()
+	return h
+}
+
+// stop ends the watch and waits for it, so that it cannot mistake this
+// process's own release for a takeover.
+func (h *holder) stop() {
+	h.cancel()
+	h.wg.Wait()
+}
+
+// closeNode releases every cell the node still holds and its node lease,
+// within releaseTimeout even when ctx was cancelled (an interrupt).
+func closeNode(ctx context.Context, n *owner.Node, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := n.Close(cctx); err != nil {
+		log.Warn("closing the node failed; its lease will expire instead", "node", n.Name(), "err", err)
+	}
+}
+
+// cellPage is one page of cell names under cells/.
+type cellPage struct {
+	cells []string
+	token string
+}
+
+// listCells lists the cells whose names start with prefix, one page at a
+// time: a LIST of cells/ with delimiter "/", so every cell costs one common
+// prefix however many files it has. Prefixes that are not valid cell names
+// (nothing deed wrote) are skipped.
+func listCells(ctx context.Context, b bucket.Bucket, prefix string, fn func([]string) error) error {
+	token := ""
+	for {
+		page, err := b.List(ctx, bucket.ListInput{Prefix: "cells/" + prefix, Delimiter: "/", Token: token})
+		if err != nil {
+			return bucket.Wrap(err, "list cells")
+		}
+		var names []string
+		for _, p := range page.Prefixes {
+			name := strings.TrimSuffix(strings.TrimPrefix(p, "cells/"), "/")
+			if owner.ValidateName("cell", name) == nil {
+				names = append(names, name)
+			}
+		}
+		if len(names) > 0 {
+			if err := fn(names); err != nil {
+				return err
+			}
+		}
+		if page.NextToken == "" {
+			return nil
+		}
+		token = page.NextToken
+	}
+}
+
+// validPrefix checks a cell-name prefix (--prefix of ls): empty, or the
+// start of a valid name.
+func validPrefix(p string) error {
+	if p == "" || p == "." || p == ".." {
+		return nil
+	}
+	if err := owner.ValidateName("cell", p); err != nil {
+		return bucket.Wrap(err, "--prefix")
+	}
+	return nil
+}

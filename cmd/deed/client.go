@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// The daemon client used by append and read.
+
+const (
+	envAddr     = "DEED_ADDR"
+	defaultAddr = "http://127.0.0.1:7480"
+	// apiTimeout bounds one request to the daemon. An append answers only
+	// once durable, so it is generous.
+	apiTimeout = 60 * time.Second
+)
+
+// apiFlags are the flags of the commands that talk to a daemon.
+type apiFlags struct {
+	addr  string
+	token string
+}
+
+func (f *apiFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.addr, "addr", defaultAddr, "base URL of a running 'deed run' (env "+envAddr+")")
+	cmd.Flags().StringVar(&f.token, "token", "", "bearer token of the daemon's API (env "+envToken+")")
+}
+
+// apiClient talks to one daemon.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// client resolves --addr and --token against the environment and checks the
+// address; a bad one is DEED-E040 before any request.
+func (f *apiFlags) client(cfg *config, cmd *cobra.Command) (*apiClient, error) {
+	addr, token := f.addr, f.token
+	if !cmd.Flags().Changed("addr") {
+		addr = firstNonEmpty(cfg.getenv(envAddr), defaultAddr)
+	}
+	if !cmd.Flags().Changed("token") {
+		token = cfg.getenv(envToken)
+	}
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, bucket.Errorf(bucket.CodeBadRequest, "--addr %q: want http(s)://HOST:PORT of a running 'deed run'", addr)
+	}
+	return &apiClient{base: strings.TrimSuffix(addr, "/"), token: token, hc: &http.Client{Timeout: apiTimeout}}, nil
+}
+
+// do sends one request and decodes a 2xx JSON answer into out. An error
+// answer {"code","error"} becomes the same coded error the daemon reported,
+// so the exit status is the one the command would have had locally.
+func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body io.Reader, out any) error {
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return bucket.Errorf(bucket.CodeBadRequest, "%s %s: %w", method, u, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return bucket.Errorf(bucket.CodeUnavailable, "cannot reach the daemon at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return bucket.Errorf(bucket.CodeUnavailable, "read the daemon's answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return apiError(resp, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return bucket.Errorf(bucket.CodeUnavailable, "the daemon at %s answered %s with something that is not deed's JSON: %.200q", c.base, path, raw)
+	}
+	return nil
+}
+
+// apiError turns an error answer into a coded error.
+func apiError(resp *http.Response, raw []byte) error {
+	var e errorBody
+	if err := json.Unmarshal(raw, &e); err == nil && strings.HasPrefix(string(e.Code), "DEED-E") {
+		msg := strings.TrimSpace(e.Error)
+		if msg == "" {
+			msg = resp.Status
+		}
+		return bucket.Errorf(e.Code, "%s", msg)
+	}
+	// Not deed's error body: a proxy, or not a daemon at all.
+	code := bucket.CodeUnavailable
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		code = bucket.CodeUnauthorized
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge:
+		code = bucket.CodeBadRequest
+	}
+	return bucket.Errorf(code, "the daemon answered %s: %.200q", resp.Status, raw)
+}
+
+// cellPath is the API path of a cell (names are validated: no escaping
+// needed, but escape anyway).
+func cellPath(cell, rest string) string {
+	return "/v1/cells/" + url.PathEscape(cell) + rest
+}

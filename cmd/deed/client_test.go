@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// cliDaemon serves a daemon made by openDaemon over e's store, behind
+// httptest, with a bearer token; it counts the requests it gets.
+type cliDaemon struct {
+	url      string
+	requests atomic.Int64
+}
+
+const testToken = "s3cret"
+
+func (e *cellEnv) daemon(t *testing.T, node string) *cliDaemon {
+	t.Helper()
+	d, err := openDaemon(t.Context(), daemonConfig{Node: node, Advertise: "http://" + node, TTL: time.Second, SkipProbe: true},
+		e.b, slog.New(slog.DiscardHandler), newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := &cliDaemon{}
+	h := d.handler(apiConfig{Token: testToken, MaxBody: 64, MaxLimit: 1000})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cd.requests.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	cd.url = srv.URL
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Close(ctx)
+	})
+	return cd
+}
+
+func TestAppendRead(t *testing.T) {
+	e := newCellEnv(t)
+	d := e.daemon(t, "d1")
+	e.env[envAddr], e.env[envToken] = d.url, testToken
+
+	r := e.run(t, "append", "orders", "first", "--json")
+	wantExit(t, r, 0, "")
+	if v := decode[appendView](t, r.stdout); v != (appendView{Cell: "orders", Epoch: 1, TxID: 1, Pos: 1}) {
+		t.Fatalf("append = %+v", v)
+	}
+	// From standard input, with "-" or without DATA; bytes unchanged.
+	old := stdin
+	t.Cleanup(func() { stdin = old })
+	stdin = strings.NewReader("two\nlines")
+	r = e.run(t, "append", "orders", "-")
+	wantExit(t, r, 0, "")
+	if r.stdout != "appended to orders at position 2 (epoch 1, txid 2)\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	stdin = strings.NewReader("third")
+	wantExit(t, e.run(t, "append", "orders"), 0, "")
+
+	r = e.run(t, "read", "orders")
+	wantExit(t, r, 0, "")
+	if r.stdout != "1\tfirst\n2\ttwo\nlines\n3\tthird\n" {
+		t.Fatalf("read:\n%q", r.stdout)
+	}
+	r = e.run(t, "read", "orders", "--after", "1", "--limit", "1", "--json", "--barrier")
+	wantExit(t, r, 0, "")
+	if v := decode[recordView](t, r.stdout); v.Pos != 2 || string(v.Data) != "two\nlines" || v.Epoch != 1 ||
+		!strings.Contains(r.stdout, `"data":"`+base64.StdEncoding.EncodeToString([]byte("two\nlines"))+`"`) {
+		t.Fatalf("read --json = %q", r.stdout)
+	}
+	r = e.run(t, "read", "orders", "--after", "3")
+	wantExit(t, r, 0, "")
+	if r.stdout != "" {
+		t.Errorf("read past the end: %q", r.stdout)
+	}
+
+	// Flags beat the environment.
+	wantExit(t, e.run(t, "read", "orders", "--addr", "http://127.0.0.1:1"), 1, bucket.CodeUnavailable)
+	r = e.run(t, "read", "orders", "--token", "wrong")
+	wantExit(t, r, 2, bucket.CodeUnauthorized)
+	delete(e.env, envToken)
+	wantExit(t, e.run(t, "append", "orders", "x"), 2, bucket.CodeUnauthorized)
+	e.env[envToken] = testToken
+
+	// The daemon's own refusals keep their codes and exit statuses.
+	r = e.run(t, "append", "orders", strings.Repeat("x", 65))
+	wantExit(t, r, 2, bucket.CodeBadRequest)
+	wantExit(t, e.run(t, "read", "never-held", "--barrier"), 4, bucket.CodeNotHolder)
+	hold := e.start(t, "claim", "taken", "--node", "other", "--hold", "--ttl", "1s")
+	hold.waitOut(t, "holding", 10*time.Second)
+	r = e.run(t, "append", "taken", "x")
+	wantExit(t, r, 4, bucket.CodeHeld)
+	if !strings.HasPrefix(r.stderr, "DEED-E020 append taken: ") || !strings.Contains(r.stderr, "held by live node other") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+
+	// A forced claim from the CLI seals the daemon's epoch: its next append
+	// is refused (DEED-E021, exit 3), and everything it acknowledged stays.
+	wantExit(t, e.run(t, "claim", "orders", "--node", "ops", "--force"), 0, "")
+	r = e.run(t, "append", "orders", "late")
+	wantExit(t, r, 3, bucket.CodeSuperseded)
+	r = e.run(t, "read", "orders")
+	wantExit(t, r, 0, "")
+	if r.stdout != "1\tfirst\n2\ttwo\nlines\n3\tthird\n" {
+		t.Fatalf("read after the forced claim:\n%q", r.stdout)
+	}
+
+	// Bad input is refused before any request.
+	n := d.requests.Load()
+	for _, args := range [][]string{
+		{"append", "a/b", "x"}, {"read", ".."}, {"append", "ok", "x", "--addr", "127.0.0.1:7480"},
+		{"read", "ok", "--addr", "ftp://h"}, {"read", "ok", "--limit", "-1"}, {"read", "ok", "--poll", "0s"},
+	} {
+		r := e.run(t, args...)
+		if r.status != 2 {
+			t.Errorf("deed %q: exit %d %q, want 2", args, r.status, r.stderr)
+		}
+	}
+	if got := d.requests.Load(); got != n {
+		t.Errorf("bad input sent %d requests", got-n)
+	}
+}
+
+func TestReadFollow(t *testing.T) {
+	e := newCellEnv(t)
+	d := e.daemon(t, "d1")
+	e.env[envAddr], e.env[envToken] = d.url, testToken
+	wantExit(t, e.run(t, "append", "log", "a"), 0, "")
+
+	f := e.start(t, "read", "log", "--follow", "--poll", "50ms")
+	f.waitOut(t, "1\ta\n", 5*time.Second)
+	for i := range 150 { // more than one page
+		wantExit(t, e.run(t, "append", "log", fmt.Sprint("r", i)), 0, "")
+	}
+	f.waitOut(t, "151\tr149\n", 10*time.Second)
+	res := f.stop(t)
+	wantExit(t, res, 0, "")
+	if lines := strings.Count(res.stdout, "\n"); lines != 151 {
+		t.Fatalf("%d lines, want 151 (each record once)", lines)
+	}
+	// --limit ends a follow too.
+	r := e.run(t, "read", "log", "--follow", "--after", "149", "--limit", "2")
+	wantExit(t, r, 0, "")
+	if r.stdout != "150\tr148\n151\tr149\n" {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+}
+
+// TestAPIErrorMapping: whatever the daemon answers, the CLI's exit status
+// follows the code; answers that are not deed's are DEED-E011 (or E041/E040
+// by HTTP status).
+func TestAPIErrorMapping(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		body   string
+		exit   int
+		code   bucket.Code
+	}{
+		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost: cell c epoch 1 superseded"}`, 3, bucket.CodeSuperseded},
+		{503, `{"code":"DEED-E025","error":"DEED-E025 node fenced"}`, 3, bucket.CodeNodeFenced},
+		{409, `{"code":"DEED-E020","error":"DEED-E020 cell c is held by live node b (http://b) at epoch 2","owner":"b"}`, 4, bucket.CodeHeld},
+		{500, `{"code":"DEED-E031","error":"DEED-E031 corrupt transaction file cells/c/ltx/e1/x.ltx"}`, 1, bucket.CodeCorruptTx},
+		{502, `<html>bad gateway</html>`, 1, bucket.CodeUnavailable},
+		{401, `nope`, 2, bucket.CodeUnauthorized},
+		{200, `not json`, 1, bucket.CodeUnavailable},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.status)
+			fmt.Fprint(w, tc.body)
+		}))
+		for _, args := range [][]string{{"append", "c", "x"}, {"read", "c"}} {
+			r := deed(t, t.Context(), map[string]string{envAddr: srv.URL}, args...)
+			wantExit(t, r, tc.exit, tc.code)
+			if strings.Count(r.stderr, string(tc.code)) != 1 {
+				t.Errorf("code repeated: %q", r.stderr)
+			}
+		}
+		srv.Close()
+	}
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
+)
+
+// testDaemon is an in-process daemon over a shared store, behind httptest.
+type testDaemon struct {
+	d   *daemon
+	srv *httptest.Server
+}
+
+func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api apiConfig) *testDaemon {
+	t.Helper()
+	if api.MaxBody == 0 {
+		api.MaxBody = 1 << 20
+	}
+	if api.MaxLimit == 0 {
+		api.MaxLimit = 1000
+	}
+	d, err := openDaemon(t.Context(), daemonConfig{Node: node, Advertise: "http://" + node, TTL: 2 * time.Second}, b, slog.New(slog.DiscardHandler), newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := &testDaemon{d: d, srv: httptest.NewServer(d.handler(api))}
+	t.Cleanup(func() { td.stop(t) })
+	return td
+}
+
+func (td *testDaemon) stop(t *testing.T) {
+	td.srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := td.d.Close(ctx); err != nil {
+		t.Logf("close %s: %v", td.d.cfg.Node, err)
+	}
+}
+
+// call sends one request and decodes the JSON answer into a map.
+func (td *testDaemon) call(t *testing.T, method, path, body string, hdr ...string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, td.srv.URL+path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("%s %s: bad JSON %q", method, path, raw)
+		}
+	} else {
+		m = map[string]any{"raw": string(raw)}
+	}
+	return resp.StatusCode, m
+}
+
+func wantErr(t *testing.T, status int, body map[string]any, wantStatus int, code bucket.Code) {
+	t.Helper()
+	if status != wantStatus || body["code"] != string(code) || !strings.HasPrefix(fmt.Sprint(body["error"]), string(code)) {
+		t.Fatalf("got %d %v, want %d with %s", status, body, wantStatus, code)
+	}
+}
+
+func TestDaemonAppendReadRelease(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startTestDaemon(t, m.Client("a"), "a", apiConfig{})
+	b := startTestDaemon(t, m.Client("b"), "b", apiConfig{})
+
+	var pos []float64
+	for i := range 5 {
+		st, res := a.call(t, "POST", "/v1/cells/c1/append", fmt.Sprintf("rec-%d", i))
+		if st != 200 || res["epoch"] != 1.0 {
+			t.Fatalf("append %d: %d %v", i, st, res)
+		}
+		pos = append(pos, res["pos"].(float64))
+	}
+	for i := 1; i < len(pos); i++ {
+		if pos[i] != pos[i-1]+1 {
+			t.Fatalf("positions not consecutive: %v", pos)
+		}
+	}
+	st, res := a.call(t, "GET", "/v1/cells/c1/records?after=2&barrier=true", "")
+	recs := res["records"].([]any)
+	if st != 200 || len(recs) != 3 || recs[0].(map[string]any)["pos"] != 3.0 {
+		t.Fatalf("read: %d %v", st, res)
+	}
+	// b sees a as the live owner and is refused, naming a and its address.
+	st, res = b.call(t, "POST", "/v1/cells/c1/append", "intruder")
+	wantErr(t, st, res, 409, bucket.CodeHeld)
+	if res["owner"] != "a" || res["owner_addr"] != "http://a" {
+		t.Fatalf("E020 body must name the owner: %v", res)
+	}
+	// Anyone may read without a barrier; a barrier needs the owner.
+	st, res = b.call(t, "GET", "/v1/cells/c1/records", "")
+	if st != 200 || len(res["records"].([]any)) != 5 {
+		t.Fatalf("read on b: %d %v", st, res)
+	}
+	st, res = b.call(t, "GET", "/v1/cells/c1/records?barrier=true", "")
+	wantErr(t, st, res, 409, bucket.CodeNotHolder)
+
+	st, res = b.call(t, "GET", "/v1/cells/c1", "")
+	if st != 200 || res["node"] != "a" || res["held_here"] != false || res["owner_alive"] != true || res["owner_addr"] != "http://a" {
+		t.Fatalf("show on b: %v", res)
+	}
+	// Release seals and releases: b takes over at once and continues the log.
+	st, res = a.call(t, "POST", "/v1/cells/c1/release", "")
+	if st != 200 || res["released"] != true {
+		t.Fatalf("release: %d %v", st, res)
+	}
+	st, res = b.call(t, "POST", "/v1/cells/c1/append", "after-release")
+	if st != 200 || res["epoch"] != 2.0 || res["pos"] != 6.0 {
+		t.Fatalf("append on b after release: %d %v", st, res)
+	}
+	st, res = a.call(t, "POST", "/v1/cells/c1/release", "")
+	wantErr(t, st, res, 409, bucket.CodeNotHolder)
+}
+
+// A forced claim on the other node makes the first daemon's next append
+// fail with DEED-E021, and everything it acknowledged is still read.
+func TestDaemonForcedTakeover(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startTestDaemon(t, m.Client("a"), "a", apiConfig{})
+	b := startTestDaemon(t, m.Client("b"), "b", apiConfig{})
+	var acked []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 10 {
+				data := fmt.Sprintf("w%d-%d", w, i)
+				st, _ := a.call(t, "POST", "/v1/cells/c/append", data)
+				if st == 200 {
+					mu.Lock()
+					acked = append(acked, data)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(5 * time.Millisecond)
+	st, res := b.call(t, "POST", "/v1/cells/c/claim?force=true", "")
+	if st != 200 || res["node"] != "b" {
+		t.Fatalf("forced claim: %d %v", st, res)
+	}
+	wg.Wait()
+	st, res = a.call(t, "POST", "/v1/cells/c/append", "stale")
+	// a no longer holds c (its lease ended on the seal), so it tries to
+	// claim and finds b alive — or, if it had not noticed yet, the append
+	// itself is refused as superseded. Both refuse; neither is written.
+	if st != 409 || (res["code"] != string(bucket.CodeSuperseded) && res["code"] != string(bucket.CodeHeld)) {
+		t.Fatalf("stale append: %d %v", st, res)
+	}
+	_, res = b.call(t, "GET", "/v1/cells/c/records?barrier=true&limit=1000", "")
+	got := map[string]int{}
+	for _, r := range res["records"].([]any) {
+		data, _ := base64Decode(r.(map[string]any)["data"].(string))
+		got[data]++
+	}
+	for _, d := range acked {
+		if got[d] != 1 {
+			t.Fatalf("acknowledged %q read %d times", d, got[d])
+		}
+	}
+	if got["stale"] != 0 {
+		t.Fatal("a refused append became visible")
+	}
+}
+
+func TestDaemonBadInput(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startTestDaemon(t, m, "a", apiConfig{MaxBody: 16, Token: "s3cret"})
+	auth := []string{"Authorization", "Bearer s3cret"}
+	before := m.Counts()
+	st, res := a.call(t, "POST", "/v1/cells/c/append", "x")
+	wantErr(t, st, res, 401, bucket.CodeUnauthorized)
+	st, res = a.call(t, "POST", "/v1/cells/c/append", "x", "Authorization", "Bearer wrong")
+	wantErr(t, st, res, 401, bucket.CodeUnauthorized)
+	st, res = a.call(t, "POST", "/v1/cells/bad%20name/append", "x", auth...)
+	wantErr(t, st, res, 400, bucket.CodeInvalidName)
+	st, res = a.call(t, "POST", "/v1/cells/"+strings.Repeat("x", 201)+"/claim", "", auth...)
+	wantErr(t, st, res, 400, bucket.CodeInvalidName)
+	st, res = a.call(t, "POST", "/v1/cells/c/append", strings.Repeat("y", 17), auth...)
+	wantErr(t, st, res, 400, bucket.CodeBadRequest)
+	st, res = a.call(t, "GET", "/v1/cells/c/records?limit=0", "", auth...)
+	wantErr(t, st, res, 400, bucket.CodeBadRequest)
+	st, res = a.call(t, "GET", "/v1/cells/c/records?after=-1", "", auth...)
+	wantErr(t, st, res, 400, bucket.CodeBadRequest)
+	if d := m.Counts().Sub(before); d.Put != 0 {
+		t.Fatalf("bad requests wrote %d objects", d.Put)
+	}
+	if st, _ := a.call(t, "GET", "/healthz", ""); st != 200 {
+		t.Fatal("healthz must not need the token")
+	}
+	if st, _ := a.call(t, "GET", "/readyz", ""); st != 200 {
+		t.Fatal("not ready")
+	}
+	st, res = a.call(t, "POST", "/v1/cells/c/append", "ok", auth...)
+	if st != 200 {
+		t.Fatalf("authorized append: %d %v", st, res)
+	}
+	_, res = a.call(t, "GET", "/metrics", "", auth...)
+	text := res["raw"].(string)
+	for _, series := range []string{"deed_cells_held 1", `deed_claims_total{reason="absent",result="ok"} 1`, `deed_appends_total{result="ok"} 1`, `deed_s3_requests_total{op="put",outcome="ok"}`, "deed_node_lease_held 1"} {
+		if !strings.Contains(text, series) {
+			t.Errorf("metrics lack %s", series)
+		}
+	}
+}
+
+// A store that ignores conditions is refused at start with DEED-E010.
+func TestDaemonRefusesBrokenStore(t *testing.T) {
+	m := fakes3.NewMem()
+	m.SetIgnoreConditions(true)
+	_, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: 2 * time.Second}, m, slog.New(slog.DiscardHandler), newMetrics())
+	if bucket.CodeOf(err) != bucket.CodeContract || bucket.CodeOf(err).ExitStatus() != 5 {
+		t.Fatalf("got %v, want DEED-E010", err)
+	}
+	if keys := m.Keys("nodes/"); len(keys) != 0 {
+		t.Fatalf("a refused daemon wrote %v", keys)
+	}
+}
+
+// Close drains: the other node claims every cell at once, with the chains
+// already sealed.
+func TestDaemonDrain(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startTestDaemon(t, m.Client("a"), "a", apiConfig{})
+	b := startTestDaemon(t, m.Client("b"), "b", apiConfig{})
+	for i := range 10 {
+		if st, res := a.call(t, "POST", fmt.Sprintf("/v1/cells/c%d/append", i), "x"); st != 200 {
+			t.Fatal(res)
+		}
+	}
+	a.stop(t)
+	for i := range 10 {
+		st, res := b.call(t, "POST", fmt.Sprintf("/v1/cells/c%d/claim", i), "")
+		if st != 200 || res["epoch"] != 2.0 {
+			t.Fatalf("claim after drain: %d %v", st, res)
+		}
+	}
+}
+
+func base64Decode(s string) (string, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	return string(b), err
+}
+
+func base64Encode(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// The end-to-end tests run the real binary as separate processes: a
+// `deed fakes3` store and `deed run` daemons on loopback.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// deedBinary builds cmd/deed once per test run.
+func deedBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the binary; skipped with -short")
+	}
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "deed-e2e-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "deed")
+		out, err := exec.Command("go", "build", "-race", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// proc is a running deed process whose output is kept for failure reports.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+func startDeed(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(deedBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("deed %s output:\n%s", strings.Join(args, " "), out.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		t.Fatalf("process did not exit within %v", d)
+		return -1
+	}
+}
+
+// waitHTTP polls url until it answers 200.
+func waitHTTP(t *testing.T, url string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready within %v", url, limit)
+}
+
+// e2eCluster is one `deed fakes3` store and the environment to use it.
+type e2eCluster struct {
+	env []string
+}
+
+func newE2ECluster(t *testing.T) *e2eCluster {
+	t.Helper()
+	s3 := freeAddr(t)
+	startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e")
+	c := &e2eCluster{env: []string{
+		"DEED_BUCKET=s3://e2e/test", "DEED_ENDPOINT=http://" + s3,
+		"AWS_ACCESS_KEY_ID=deed", "AWS_SECRET_ACCESS_KEY=deed", "AWS_REGION=us-east-1",
+	}}
+	waitS3(t, s3)
+	return c
+}
+
+func waitS3(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if conn, err := net.Dial("tcp", addr); err == nil {
+			conn.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("fakes3 on %s did not start", addr)
+}
+
+// daemon starts `deed run` as node and returns its API base URL.
+func (c *e2eCluster) daemon(t *testing.T, node string, extra ...string) (*proc, string) {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append([]string{"run", "--node", node, "--listen", addr, "--ttl", "2s"}, extra...)
+	p := startDeed(t, c.env, args...)
+	waitHTTP(t, "http://"+addr+"/readyz", 30*time.Second)
+	return p, "http://" + addr
+}
+
+// cli runs a one-shot deed command against the cluster's store.
+func (c *e2eCluster) cli(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, deedBinary(t), args...)
+	cmd.Env = append(os.Environ(), c.env...)
+	out, _ := cmd.CombinedOutput()
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/octet-stream", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestE2EForcedClaimFencesDaemon(t *testing.T) {
+	c := newE2ECluster(t)
+	_, a := c.daemon(t, "node-a")
+	var acked []string
+	for i := range 20 {
+		data := fmt.Sprintf("rec-%02d", i)
+		if st, body := post(t, a+"/v1/cells/orders/append", data); st != 200 {
+			t.Fatalf("append: %d %s", st, body)
+		}
+		acked = append(acked, data)
+	}
+	// An operator forces the cell to another node from the CLI.
+	if st, out := c.cli(t, "claim", "orders", "--force", "--node", "node-b"); st != 0 {
+		t.Fatalf("deed claim --force: exit %d: %s", st, out)
+	}
+	st, body := post(t, a+"/v1/cells/orders/append", "after-fence")
+	if st != 409 || !strings.Contains(body, string(bucket.CodeSuperseded)) {
+		t.Fatalf("append after forced claim: %d %s, want 409 %s", st, body, bucket.CodeSuperseded)
+	}
+	// Every acknowledged record is still read back; the refused one is not.
+	st, body = get(t, a+"/v1/cells/orders/records?limit=1000")
+	if st != 200 {
+		t.Fatal(body)
+	}
+	for _, d := range acked {
+		if !strings.Contains(body, b64(d)) {
+			t.Fatalf("acknowledged %q lost: %s", d, body)
+		}
+	}
+	if strings.Contains(body, b64("after-fence")) {
+		t.Fatal("refused append is visible")
+	}
+}
+
+func TestE2EKill9TakeoverWithinTTL(t *testing.T) {
+	c := newE2ECluster(t)
+	pa, a := c.daemon(t, "node-a")
+	_, b := c.daemon(t, "node-b")
+	for _, cell := range []string{"c1", "c2", "c3"} {
+		if st, body := post(t, a+"/v1/cells/"+cell+"/append", "x"); st != 200 {
+			t.Fatal(body)
+		}
+	}
+	if st, body := post(t, b+"/v1/cells/c1/claim", ""); st != 409 || !strings.Contains(body, string(bucket.CodeHeld)) {
+		t.Fatalf("claim of a live node's cell: %d %s", st, body)
+	}
+	pa.signal(t, syscall.SIGKILL)
+	start := time.Now()
+	for _, cell := range []string{"c1", "c2", "c3"} {
+		for {
+			st, body := post(t, b+"/v1/cells/"+cell+"/claim", "")
+			if st == 200 {
+				break
+			}
+			if !strings.Contains(body, string(bucket.CodeHeld)) {
+				t.Fatalf("claim %s: %d %s", cell, st, body)
+			}
+			if time.Since(start) > 2*time.Second+2*time.Second {
+				t.Fatalf("%s not claimable %v after kill -9 (TTL 2s)", cell, time.Since(start))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("took over 3 cells %v after kill -9", time.Since(start))
+	st, body := get(t, b+"/v1/cells/c2/records?barrier=true")
+	if st != 200 || !strings.Contains(body, b64("x")) {
+		t.Fatalf("records after takeover: %d %s", st, body)
+	}
+}
+
+func TestE2ESigtermDrains(t *testing.T) {
+	c := newE2ECluster(t)
+	pa, a := c.daemon(t, "node-a")
+	_, b := c.daemon(t, "node-b")
+	for i := range 5 {
+		if st, body := post(t, fmt.Sprintf("%s/v1/cells/d%d/append", a, i), "x"); st != 200 {
+			t.Fatal(body)
+		}
+	}
+	pa.signal(t, syscall.SIGTERM)
+	if code := pa.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
+	for i := range 5 {
+		st, body := post(t, fmt.Sprintf("%s/v1/cells/d%d/claim", b, i), "")
+		if st != 200 {
+			t.Fatalf("claim right after drain: %d %s", st, body)
+		}
+	}
+	// The node lease says released: nodes shows it dead at once.
+	st, out := c.cli(t, "show", "d0", "--json")
+	if st != 0 || !strings.Contains(out, `"node":"node-b"`) {
+		t.Fatalf("show: %d %s", st, out)
+	}
+}
+
+func TestE2EBadCellNameWritesNothing(t *testing.T) {
+	c := newE2ECluster(t)
+	for _, args := range [][]string{{"claim", "bad/name"}, {"release", ".."}, {"show", "a b"}} {
+		st, out := c.cli(t, args...)
+		if st != 2 || !strings.HasPrefix(strings.TrimSpace(out), string(bucket.CodeInvalidName)) {
+			t.Fatalf("deed %v: exit %d %q, want exit 2 with %s", args, st, out, bucket.CodeInvalidName)
+		}
+	}
+	st, out := c.cli(t, "ls", "--json")
+	if st != 0 || strings.Contains(out, "bad") {
+		t.Fatalf("ls after bad names: %d %s", st, out)
+	}
+}
+
+func b64(s string) string {
+	return base64Encode(s)
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
+)
+
+// Environment variables exec adds to the command's environment.
+const (
+	envExecCell   = "DEED_CELL"
+	envExecEpoch  = "DEED_EPOCH"
+	envExecNode   = "DEED_NODE"
+	envExecPrefix = "DEED_PREFIX"
+)
+
+// childExit carries the exit status of the command `deed exec` ran. The
+// central error mapping (config.fail) passes it through as deed's own exit
+// status and prints nothing: the command spoke for itself.
+type childExit struct{ status int }
+
+func (e *childExit) Error() string { return fmt.Sprintf("command exited with status %d", e.status) }
+
+// signalGrace is how long exec waits after an interrupt before it sends
+// SIGTERM itself, when its context was cancelled without a signal reaching
+// it (an in-process caller); a real signal is forwarded as it is.
+const signalGrace = 100 * time.Millisecond
+
+func newExecCmd(cfg *config) *cobra.Command {
+	var (
+		wait       time.Duration
+		ttl        time.Duration
+		grace      time.Duration
+		foreground bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec CELL [flags] -- CMD [ARGS...]",
+		Short: "Run a command while holding a cell: a flock over S3",
+		Long: `exec runs CMD while --node holds CELL, like flock(1) with the lock in the
+bucket. It opens a node lease for --node (renewed every TTL/3 in the
+background), claims CELL, runs CMD with these variables added to its
+environment:
+
+  DEED_CELL    the cell
+  DEED_EPOCH   the epoch of this claim
+  DEED_NODE    the node id (--node)
+  DEED_PREFIX  the claim's data prefix in the bucket, bucket prefix included:
+               [PREFIX/]cells/CELL/ltx/e<EPOCH>/
+
+and, when CMD exits, releases the cell and the node lease and exits with
+CMD's exit status (128+N when a signal N killed it).
+
+A cell held by a live node is DEED-E020, exit 4; --wait DUR keeps trying for
+DUR (an owner that releases is followed at once, a dead one after its TTL +
+margin). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, and exec waits for
+it to exit. If the lease is lost while CMD runs (another node forced a claim,
+an operator force-released the cell, or the node lease could not be renewed
+in time), exec sends SIGTERM to CMD, SIGKILL after --grace, and exits 3
+with DEED-E021 or DEED-E025. Ownership changes are noticed within TTL/3.
+
+CMD runs in its own process group, and signals go to the whole group, so a
+shell script's children are stopped with it. A command that reads the
+terminal needs --foreground (it then stays in deed's process group, and
+signals reach only CMD itself). On Linux, CMD is killed if deed dies, since
+nothing would renew the lease any more.
+
+exec writes only the ownership record and the node lease: it does not seal
+the cell's log (a lock taken thousands of times must not pay for, or leave,
+a seal each time). Use exec on cells used as locks; to take a cell away
+from a daemon that writes its log, use 'deed claim --force'.
+
+Two execs with the same --node cannot both run: the second one finds the
+node lease renewed by a live process and fails with DEED-E020 (within about
+TTL/3), so give concurrent execs on one host distinct node ids, for example
+--node "$(hostname)-job1". deed's own failures exit 1-5 with a DEED code on
+stderr; any other status is CMD's.`,
+		Example: `  deed exec nightly-report -- ./report.sh --full
+  deed exec nightly-report --node "$(hostname)-report" --wait 10m --ttl 10s -- ./report.sh
+  deed exec db-migrate --foreground -- psql "$DATABASE_URL"`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cell, argv, err := splitExecArgs(cmd, args)
+			if err != nil {
+				return err
+			}
+			if err := cfg.validNames(true, cell); err != nil {
+				return err
+			}
+			if wait < 0 || grace < 0 {
+				return bucket.Errorf(bucket.CodeBadRequest, "--wait and --grace must not be negative")
+			}
+			path, err := exec.LookPath(argv[0])
+			if err != nil {
+				return bucket.Errorf(bucket.CodeBadRequest, "exec %s: cannot run %q: %w", cell, argv[0], err)
+			}
+			b, loc, err := cfg.openBucket(ctx)
+			if err != nil {
+				return err
+			}
+			log := cfg.nodeLog(cmd)
+			n, err := owner.NewNode(b, owner.Config{Name: cfg.node, TTL: ttl, Logger: log})
+			if err != nil {
+				return bucket.Wrap(err, "--ttl")
+			}
+			if err := n.Open(ctx); err != nil {
+				return bucket.Wrap(err, "exec %s", cell)
+			}
+			l, err := claimWait(ctx, n, cell, false, wait, log)
+			if err != nil {
+				closeNode(ctx, n, log)
+				return err
+			}
+
+			c := exec.Command(path, argv[1:]...)
+			c.Args[0] = argv[0]
+			c.Env = append(os.Environ(),
+				envExecCell+"="+cell,
+				envExecEpoch+"="+strconv.FormatUint(l.Epoch(), 10),
+				envExecNode+"="+cfg.node,
+				envExecPrefix+"="+dataPrefix(loc, cell, l.Epoch()),
+			)
+			c.Stdin, c.Stdout, c.Stderr = stdin, cfg.inv.Stdout, cfg.inv.Stderr
+			c.SysProcAttr = procAttr(foreground)
+			// A grandchild that keeps a piped stdout open must not keep
+			// exec waiting once CMD itself has exited.
+			c.WaitDelay = time.Second
+
+			w := startWatch(ctx, b, l, n.Params().TTL, log)
+			status, lost, err := supervise(ctx, c, l, grace, !foreground, log)
+			w.stop()
+			if err != nil { // CMD did not start
+				releaseAndClose(ctx, n, l, log)
+				return bucket.Errorf(bucket.CodeBadRequest, "exec %s: start %q: %w", cell, argv[0], err)
+			}
+			if lost != nil {
+				closeNode(ctx, n, log)
+				return bucket.Wrap(lost, "exec %s: command stopped (exit status %d) because the lease was lost", cell, status)
+			}
+			if err := releaseAndClose(ctx, n, l, log); err != nil {
+				switch bucket.CodeOf(err) {
+				case bucket.CodeSuperseded, bucket.CodeNodeFenced:
+					// The record changed under CMD before it finished: its
+					// exclusive run cannot be vouched for.
+					return bucket.Wrap(err, "exec %s: command exited with status %d, but the lease was lost before the release", cell, status)
+				}
+				log.Warn("release failed; the cell stays held until the node lease expires", "cell", cell, "err", err)
+			}
+			if status != 0 {
+				return &childExit{status: status}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&wait, "wait", 0, "keep trying this long while a live node holds the cell (0: exit 4 at once)")
+	f.DurationVar(&ttl, "ttl", owner.DefaultTTL, "node lease TTL (renewed every TTL/3); the lease is fenced, and CMD stopped, if no renewal succeeds within TTL-margin")
+	f.DurationVar(&grace, "grace", 10*time.Second, "after a lost lease, how long CMD gets between SIGTERM and SIGKILL")
+	f.BoolVar(&foreground, "foreground", false, "keep CMD in deed's process group, for commands that read the terminal (signals then reach CMD only, not its children)")
+	return cmd
+}
+
+// splitExecArgs splits "CELL -- CMD ARGS..." (or "CELL CMD ARGS..." when CMD
+// and its arguments have no dashes deed would parse).
+func splitExecArgs(cmd *cobra.Command, args []string) (string, []string, error) {
+	switch dash := cmd.ArgsLenAtDash(); {
+	case dash == -1 || dash == 1:
+		return args[0], args[1:], nil
+	default:
+		return "", nil, bucket.Errorf(bucket.CodeBadRequest, "usage: deed exec CELL [flags] -- CMD [ARGS...]: want exactly one CELL before --, got %d", dash)
+	}
+}
+
+// dataPrefix is the full key prefix of the claim's data, with the bucket
+// URL's prefix in front.
+func dataPrefix(loc bucket.Location, cell string, epoch uint64) string {
+	p := replication.EpochPrefix(cell, epoch)
+	if loc.Prefix != "" {
+		p = loc.Prefix + "/" + p
+	}
+	return p
+}
+
+// releaseAndClose releases the lease and then the node, within
+// releaseTimeout. It returns the release's error.
+func releaseAndClose(ctx context.Context, n *owner.Node, l *owner.Lease, log *slog.Logger) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	err := l.Release(rctx)
+	cancel()
+	closeNode(ctx, n, log)
+	return err
+}
+
+// supervise starts c and waits for it to exit. Signals deed receives
+// (SIGINT, SIGTERM, SIGHUP) are forwarded; a cancelled ctx without a signal
+// counts as SIGTERM. When the lease ends for any reason but a release, CMD
+// gets SIGTERM, then SIGKILL after grace, and lost is the lease's error.
+// group signals CMD's whole process group. err is set only when c did not
+// start.
+func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, grace time.Duration, group bool, log *slog.Logger) (status int, lost, err error) {
+	if err := l.Err(); err != nil {
+		return 0, err, nil // lost between the claim and now: do not start
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwardSignals...)
+	defer signal.Stop(sigs)
+
+	started := make(chan error, 1)
+	waited := make(chan error, 1)
+	go func() {
+		// On Linux the child is killed when the thread that started it
+		// exits (Pdeathsig): keep this goroutine on its thread until the
+		// child has been reaped.
+		runtime.LockOSThread()
+		if err := c.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		waited <- c.Wait()
+	}()
+	if err := <-started; err != nil {
+		return 0, nil, err
+	}
+
+	send := func(sig os.Signal) {
+		if err := signalChild(c.Process, sig, group); err != nil {
+			log.Debug("signal command", "signal", sig, "err", err)
+		}
+	}
+	var (
+		ctxDone    = ctx.Done()
+		leaseDone  = l.Done()
+		ctxTimer   <-chan time.Time
+		killTimer  <-chan time.Time
+		signalSeen bool
+	)
+	for {
+		select {
+		case werr := <-waited:
+			if c.ProcessState == nil {
+				return 1, lost, nil // cannot happen after a successful Start
+			}
+			if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
+				log.Debug("command wait", "err", werr)
+			}
+			return exitStatus(c.ProcessState), lost, nil
+		case sig := <-sigs:
+			signalSeen, ctxTimer = true, nil
+			send(sig)
+		case <-ctxDone:
+			ctxDone = nil
+			if !signalSeen {
+				ctxTimer = time.After(signalGrace)
+			}
+		case <-ctxTimer:
+			ctxTimer = nil
+			if !signalSeen {
+				send(sigTERM)
+			}
+		case <-leaseDone:
+			leaseDone = nil
+			if err := l.Err(); bucket.CodeOf(err) != bucket.CodeReleased {
+				lost = err
+				log.Info("lease lost; stopping the command", "cell", l.Cell(), "err", err)
+				send(sigTERM)
+				killTimer = time.After(grace)
+			}
+		case <-killTimer:
+			killTimer = nil
+			send(sigKILL)
+		}
+	}
+}

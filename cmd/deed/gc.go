@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/replication"
+)
+
+// gcView is one cell's GC report.
+type gcView struct {
+	Cell string `json:"cell"`
+	// Snapshot is the newest snapshot, which GC keeps and bases every
+	// decision on; "" when the cell has none (nothing is deleted).
+	Snapshot string   `json:"snapshot"`
+	Deleted  []string `json:"deleted"`
+	Bytes    int64    `json:"bytes"`
+	// Markers counts the seals and tombstones seen; they are never deleted.
+	Markers int  `json:"markers"`
+	DryRun  bool `json:"dry_run"`
+}
+
+func newGCCmd(cfg *config) *cobra.Command {
+	var (
+		all    bool
+		dryRun bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gc CELL|--all",
+		Short: "Delete log files that a cell's newest snapshot makes redundant",
+		Long: `gc deletes what a cell's newest snapshot makes redundant: every older
+snapshot, and every record file at or below the snapshot's txid in a sealed
+epoch. It never deletes a seal or a tombstone (they keep a paused owner
+fenced forever), a file above the snapshot, or a record of an epoch that may
+still be writing. A cell without a snapshot is left alone. It is safe to run
+while the cell's owner writes.
+
+--all runs it for every cell under cells/ (one after another; a cell that
+fails does not stop the others, and the first failure sets the exit status).
+--dry-run lists what would be deleted and deletes nothing.
+
+With --json it prints one JSON object per cell and line:
+{"cell","snapshot","deleted":[keys],"bytes","markers","dry_run"}.`,
+		Example: `  deed gc orders --dry-run
+  deed gc --all --json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if all == (len(args) == 1) {
+				return bucket.Errorf(bucket.CodeBadRequest, "usage: deed gc CELL|--all [--dry-run]: name one cell or --all")
+			}
+			if !all {
+				if err := cfg.validNames(false, args[0]); err != nil {
+					return err
+				}
+			}
+			b, _, err := cfg.openBucket(ctx)
+			if err != nil {
+				return err
+			}
+			opts := replication.GCOptions{DryRun: dryRun}
+			if !all {
+				return gcCell(ctx, cfg, b, args[0], opts)
+			}
+			var first error
+			failed, total := 0, 0
+			err = listCells(ctx, b, "", func(cells []string) error {
+				for _, cell := range cells {
+					total++
+					if err := gcCell(ctx, cfg, b, cell, opts); err != nil {
+						if ctx.Err() != nil {
+							return err
+						}
+						failed++
+						cfg.log.Error("gc failed", "cell", cell, "err", err)
+						if first == nil {
+							first = err
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if first != nil {
+				return bucket.Wrap(first, "gc --all: %d of %d cells failed; the first", failed, total)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&all, "all", false, "collect every cell under cells/")
+	f.BoolVar(&dryRun, "dry-run", false, "report what would be deleted; delete nothing")
+	return cmd
+}
+
+// gcCell collects one cell and prints its report.
+func gcCell(ctx context.Context, cfg *config, b bucket.Bucket, cell string, opts replication.GCOptions) error {
+	rep, err := replication.GC(ctx, b, cell, opts)
+	if err != nil {
+		return bucket.Wrap(err, "gc %s", cell)
+	}
+	v := gcView{Cell: cell, Snapshot: rep.Snapshot, Deleted: rep.Deleted, Bytes: rep.Bytes, Markers: rep.Markers, DryRun: rep.DryRun}
+	if v.Deleted == nil {
+		v.Deleted = []string{}
+	}
+	if cfg.json {
+		writeJSON(cfg.inv.Stdout, v)
+		return nil
+	}
+	w := cfg.inv.Stdout
+	verb := "deleted"
+	if opts.DryRun {
+		verb = "would delete"
+	}
+	switch {
+	case v.Snapshot == "":
+		fmt.Fprintf(w, "%s: no snapshot, nothing to delete\n", cell)
+	default:
+		fmt.Fprintf(w, "%s: %s %d files (%d bytes) covered by %s; kept %d seals/tombstones\n", cell, verb, len(v.Deleted), v.Bytes, v.Snapshot, v.Markers)
+		if opts.DryRun {
+			for _, k := range v.Deleted {
+				fmt.Fprintf(w, "  %s\n", k)
+			}
+		}
+	}
+	return nil
+}

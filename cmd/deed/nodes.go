@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
+// nodeRow is one node lease in nodes' output.
+type nodeRow struct {
+	Node        string `json:"node"`
+	Addr        string `json:"addr"`
+	Incarnation string `json:"incarnation,omitempty"`
+	TTLMS       int64  `json:"ttl_ms"`
+	// State is "alive" (its lease was seen to change during the watch),
+	// "unknown" (not seen to change, but not watched long enough to call it
+	// dead), "dead" (unchanged for TTL+margin), "released" (clean exit) or
+	// "missing" (deleted during the watch).
+	State string `json:"state"`
+	// Alive is the takeover rule: false when a claimer may take this node's
+	// cells over. "unknown" counts as alive.
+	Alive       bool  `json:"alive"`
+	Released    bool  `json:"released"`
+	UnchangedMS int64 `json:"unchanged_ms"`
+	WatchedMS   int64 `json:"watched_ms"`
+}
+
+func newNodesCmd(cfg *config) *cobra.Command {
+	var (
+		watch time.Duration
+		ttl   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "List node leases and judge which nodes are alive",
+		Long: `nodes lists every node lease under nodes/ (one LIST, plus a GET of each lease)
+and judges each node the way a claimer does: a node is dead when its lease is
+missing, marked released, or seen unchanged for longer than its TTL + margin
+on this process's own clock. Writers' timestamps are never compared.
+
+One look cannot see a lease change, so without --watch every lease that is
+present and not released is "unknown" (and counted as alive, as a claimer
+would). --watch DUR refreshes the view for DUR (one LIST per refresh): a node
+seen renewing is "alive", one whose lease stayed unchanged for TTL+margin is
+"dead". Watch for at least TTL+margin to tell them apart.
+
+--ttl is the least TTL assumed for every node (the TTL a node advertises in
+its lease is used when longer); the margin is min(1s, TTL/10).
+
+With --json it prints one JSON object per line: {"node","addr","incarnation",
+"ttl_ms","state","alive","released","unchanged_ms","watched_ms"}.`,
+		Example: `  deed nodes
+  deed nodes --watch 12s --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if watch < 0 {
+				return bucket.Errorf(bucket.CodeBadRequest, "--watch %v: must not be negative", watch)
+			}
+			p := owner.Params{TTL: ttl, Margin: min(owner.DefaultMargin, ttl/10)}
+			if err := p.Validate(); err != nil {
+				return bucket.Wrap(err, "--ttl")
+			}
+			b, _, err := cfg.openBucket(ctx)
+			if err != nil {
+				return err
+			}
+			obs := owner.NewObserver(b, p)
+			start := time.Now()
+			if err := obs.Refresh(ctx); err != nil {
+				return bucket.Wrap(err, "nodes")
+			}
+			first := time.Now() // an ETag first seen after this changed during the watch
+			if watch > 0 {
+				every := min(max(ttl/6, 50*time.Millisecond), time.Second)
+				end := start.Add(watch)
+				for {
+					left := time.Until(end)
+					if left <= 0 {
+						break
+					}
+					if err := sleepCtx(ctx, min(every, left)); err != nil {
+						break // interrupted: show what was seen so far
+					}
+					if err := obs.Refresh(ctx); err != nil {
+						if ctx.Err() != nil {
+							break
+						}
+						return bucket.Wrap(err, "nodes")
+					}
+				}
+			}
+			now := time.Now()
+			watched := now.Sub(start)
+			var rows []nodeRow
+			for _, v := range obs.View() {
+				r := nodeRow{Node: v.Node, Addr: v.Addr, Alive: v.Alive, Released: v.Released,
+					UnchangedMS: v.Unchanged.Milliseconds(), WatchedMS: watched.Milliseconds(), State: "unknown"}
+				switch {
+				case v.Released:
+					r.State = "released"
+				case !v.Exists:
+					r.State = "missing"
+				case !v.Alive:
+					r.State = "dead"
+				}
+				// Right after a Refresh the observation is fresh: this reads
+				// no lease, it returns what the view was built from.
+				if ob, err := obs.Observe(context.WithoutCancel(ctx), v.Node); err == nil {
+					r.Incarnation, r.TTLMS = ob.Incarnation, ob.TTL.Milliseconds()
+					r.Alive = owner.Alive(ob, now, p)
+					switch {
+					case v.Released:
+						r.State = "released"
+					case !v.Exists:
+						r.State = "missing"
+					case !r.Alive:
+						r.State = "dead"
+					case ob.FirstSeen.After(first):
+						r.State = "alive"
+					default:
+						r.State = "unknown"
+					}
+				}
+				rows = append(rows, r)
+			}
+			if cfg.json {
+				for _, r := range rows {
+					writeJSON(cfg.inv.Stdout, r)
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(cfg.inv.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tSTATE\tADDR\tTTL\tUNCHANGED")
+			for _, r := range rows {
+				addr := r.Addr
+				if addr == "" {
+					addr = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\n", r.Node, r.State, addr,
+					time.Duration(r.TTLMS)*time.Millisecond, (time.Duration(r.UnchangedMS) * time.Millisecond).Round(time.Millisecond))
+			}
+			if err := tw.Flush(); err != nil {
+				return bucket.Errorf(bucket.CodeUnavailable, "write: %w", err)
+			}
+			unknown, need := false, ttl
+			for _, r := range rows {
+				if r.State == "unknown" {
+					unknown, need = true, max(need, time.Duration(r.TTLMS)*time.Millisecond)
+				}
+			}
+			if unknown {
+				fmt.Fprintf(cfg.inv.Stdout, "(\"unknown\": not seen to change yet, may be dead; --watch %v or longer tells)\n", need+p.Margin)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&watch, "watch", 0, "watch the leases this long before judging (at least TTL+margin to tell dead from alive)")
+	f.DurationVar(&ttl, "ttl", owner.DefaultTTL, "least node TTL assumed when judging (a longer TTL advertised in a lease wins)")
+	return cmd
+}

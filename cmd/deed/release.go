@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/owner"
+)
+
+// releaseView is what release prints: the same shape as the daemon's
+// POST /v1/cells/{cell}/release.
+type releaseView struct {
+	Cell     string `json:"cell"`
+	Node     string `json:"node"`
+	Epoch    uint64 `json:"epoch"`
+	Released bool   `json:"released"`
+}
+
+func newReleaseCmd(cfg *config) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "release CELL",
+		Short: "Release a cell held by --node, directly against the bucket",
+		Long: `release writes CELL's ownership record as released ({"node":""}, same epoch)
+with a conditional write, so that any node can claim it at once. It refuses
+with DEED-E024, exit 4, when --node is not the holder; --force releases it
+whoever holds it (an operator action: the holder is cut off, and learns it at
+its next write or, for exec and claim --hold, within TTL/3). Releasing a
+released cell is a no-op; a cell never claimed is DEED-E024.
+
+This only rewrites the record. A daemon that holds the cell should release
+it through its API (POST /v1/cells/CELL/release), which seals its log first
+so the next owner starts without walking the chain.`,
+		Example: `  deed release tenant-42 --node web-1
+  deed release tenant-42 --force --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cell := args[0]
+			if err := cfg.validNames(true, cell); err != nil {
+				return err
+			}
+			b, _, err := cfg.openBucket(ctx)
+			if err != nil {
+				return err
+			}
+			rec, err := owner.ReleaseCell(ctx, b, cell, cfg.node, force)
+			if err != nil {
+				return err
+			}
+			v := releaseView{Cell: cell, Node: "", Epoch: rec.Epoch, Released: true}
+			if cfg.json {
+				writeJSON(cfg.inv.Stdout, v)
+			} else {
+				fmt.Fprintf(cfg.inv.Stdout, "released cell %s at epoch %d\n", cell, rec.Epoch)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "release the cell even if another node holds it (operator action)")
+	return cmd
+}
