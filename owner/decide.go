@@ -103,6 +103,9 @@ type Observation struct {
 	Addr      string
 	// Incarnation of the node process that wrote the lease.
 	Incarnation string
+	// TTL the node advertises in its lease (ttl_ms). It is a duration, not
+	// a timestamp, so using it compares no clocks.
+	TTL time.Duration
 }
 
 // Alive is client-go's rule: a node is dead when its lease is missing,
@@ -110,11 +113,15 @@ type Observation struct {
 // of the observer's own time. A node that fences itself at TTL−margin after
 // its last successful send is therefore always fenced before any observer
 // may call it dead.
+//
+// The wait is the longer of the observer's TTL and the TTL the node
+// advertises: a node fences itself by its own TTL, so an observer configured
+// with a shorter one (a CLI with defaults) must not call it dead sooner.
 func Alive(o Observation, now time.Time, p Params) bool {
 	if !o.Exists || o.Released {
 		return false
 	}
-	return now.Sub(o.FirstSeen) <= p.TTL+p.Margin
+	return now.Sub(o.FirstSeen) <= max(p.TTL, o.TTL)+p.Margin
 }
 
 // FenceDeadline is when a node that last renewed successfully with a request

@@ -31,6 +31,7 @@ func TestDecide(t *testing.T) {
 		{"owner alive", rec("b", 4), live, t0.Add(5 * time.Second), false, Refuse, 0, "owner-alive"},
 		{"owner alive at exactly ttl+margin", rec("b", 4), live, t0.Add(11 * time.Second), false, Refuse, 0, "owner-alive"},
 		{"owner unchanged past ttl+margin", rec("b", 4), live, t0.Add(11*time.Second + time.Nanosecond), false, Take, 5, "owner-dead"},
+		{"owner advertises a longer ttl", rec("b", 4), Observation{Node: "b", Exists: true, ETag: "x", FirstSeen: t0, TTL: time.Minute}, t0.Add(30 * time.Second), false, Refuse, 0, "owner-alive"},
 		{"owner lease missing", rec("b", 4), Observation{Node: "b"}, t0, false, Take, 5, "owner-dead"},
 		{"owner lease released", rec("b", 4), Observation{Node: "b", Exists: true, Released: true, FirstSeen: t0}, t0, false, Take, 5, "owner-dead"},
 		{"forced over live owner", rec("b", 4), live, t0, true, Take, 5, "forced"},

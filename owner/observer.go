@@ -102,6 +102,7 @@ func (o *Observer) fetch(ctx context.Context, node string, now time.Time) error 
 	ob := Observation{Node: node, Exists: true, ETag: obj.ETag}
 	if perr == nil {
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
+		ob.TTL = time.Duration(rec.TTLMS) * time.Millisecond
 	}
 	// A lease that does not parse still changes ETag while its writer
 	// renews it, so it is judged by ETag alone like any other.
