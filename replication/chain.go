@@ -1,0 +1,264 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// cursor is a place in the chain walk: the slot (epoch, txid) to read next
+// and the position its first record must carry.
+type cursor struct {
+	epoch uint64
+	txid  TxID
+	pos   Pos
+	// data is true when the previous step read a record of this epoch, so
+	// that a missing slot here is the end of an epoch with data (a seal
+	// closes it) rather than a gap above a seal (a tombstone does).
+	data bool
+}
+
+// origin is where a chain without a snapshot starts: the first slot of the
+// first epoch. Epochs are consecutive from 1, and every epoch below the
+// first one with data holds a tombstone (or a seal) at slot 1.
+var origin = cursor{epoch: 1, txid: 1, pos: 1}
+
+// step is the restore rule for one slot, as a pure function: given the
+// file found at c (nil: missing), where does the chain go?
+//
+//   - a record continues at the next slot of the same epoch;
+//   - a seal or tombstone continues at the same slot of the next epoch
+//     (X+1, X+2, … are looked at in turn, skipping seals and tombstones);
+//   - a missing slot ends the chain.
+//
+// The epoch named inside a seal is never followed: two claimers can race on
+// one tombstone, so the epoch it names may start later than this slot.
+func step(c cursor, f *File) (next cursor, end bool) {
+	switch {
+	case f == nil:
+		return c, true
+	case f.Kind == KindRecords:
+		return cursor{epoch: c.epoch, txid: c.txid + 1, pos: f.NextPos(), data: true}, false
+	default: // seal or tombstone
+		return cursor{epoch: c.epoch + 1, txid: c.txid, pos: c.pos}, false
+	}
+}
+
+// variant selects a deliberately broken rule. It exists only so that the
+// simulation test can prove it catches the two variants the model rejects
+// (DESIGN.md, "The data-path rule, model-checked"); it is always
+// variantSound outside that test.
+var variant = variantSound
+
+const (
+	variantSound        = iota
+	variantPointer      // readers follow the epoch named in a seal
+	variantNoTombstones // seal the newest epoch with data, tombstone nothing
+)
+
+// checkPos verifies that a record file carries the position the chain
+// expects at it; anything else is a damaged log.
+func checkPos(key string, f *File, c cursor) error {
+	if f.Kind == KindRecords && f.Pos != c.pos {
+		return bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: first position %d, the chain expects %d", key, f.Pos, c.pos)
+	}
+	return nil
+}
+
+// walk reads the chain from c in slot order, calling visit for every record
+// file, until a missing slot or visit returns false. It returns the cursor
+// where it stopped and whether that is the end of the chain. It needs no
+// LIST: every step is one GET of a known key.
+func (s *store) walk(ctx context.Context, c cursor, visit func(key string, f *File) (bool, error)) (cursor, bool, error) {
+	for {
+		key := SlotKey(s.cell, c.epoch, c.txid)
+		f, _, err := s.read(ctx, key)
+		if err != nil {
+			return c, false, err
+		}
+		if f != nil {
+			if err := checkPos(key, f, c); err != nil {
+				return c, false, err
+			}
+		}
+		next, end := step(c, f)
+		if end {
+			return c, true, nil
+		}
+		if variant == variantPointer && f.Kind.fences() && f.By > c.epoch {
+			next.epoch = f.By // the broken rule: follow the seal's epoch
+		}
+		c = next
+		if f.Kind == KindRecords && visit != nil {
+			more, err := visit(key, f)
+			if err != nil || !more {
+				return c, false, err
+			}
+		}
+	}
+}
+
+// listed is one .ltx or .snapshot file seen in a listing.
+type listed struct {
+	fileKey
+	key  string
+	size int64
+	etag string
+}
+
+// listing is a LIST of a cell's log: a hint for where to start reading.
+// Nothing is concluded from what a listing lacks; everything taken from it
+// is verified by reading the file.
+type listing struct {
+	files []listed // .ltx files, by (txid, epoch)
+	snaps []listed // .snapshot files, by (txid, epoch)
+}
+
+func (s *store) listLog(ctx context.Context) (listing, error) {
+	page, err := s.list(ctx, bucket.ListInput{Prefix: LogPrefix(s.cell)})
+	if err != nil {
+		return listing{}, err
+	}
+	var l listing
+	for _, o := range page.Objects {
+		k, ok := parseKey(o.Key)
+		if !ok || !strings.HasPrefix(o.Key, LogPrefix(s.cell)) {
+			continue
+		}
+		f := listed{fileKey: k, key: o.Key, size: o.Size, etag: o.ETag}
+		if k.snapshot {
+			l.snaps = append(l.snaps, f)
+		} else {
+			l.files = append(l.files, f)
+		}
+	}
+	less := func(a, b listed) bool {
+		if a.txid != b.txid {
+			return a.txid < b.txid
+		}
+		return a.epoch < b.epoch
+	}
+	sort.Slice(l.files, func(i, j int) bool { return less(l.files[i], l.files[j]) })
+	sort.Slice(l.snaps, func(i, j int) bool { return less(l.snaps[i], l.snaps[j]) })
+	return l, nil
+}
+
+// newestSnapshot is the listed snapshot with the highest (txid, epoch) in
+// epochs ≤ maxEpoch.
+func (l listing) newestSnapshot(maxEpoch uint64) (listed, bool) {
+	for i := len(l.snaps) - 1; i >= 0; i-- {
+		if l.snaps[i].epoch <= maxEpoch {
+			return l.snaps[i], true
+		}
+	}
+	return listed{}, false
+}
+
+// tops returns, per txid, the listed .ltx file of the highest epoch ≤
+// maxEpoch, in txid order. Only that file can hold a record: a record at
+// (R, t) is written after every lower epoch was fenced at t or earlier, and
+// no claimer puts a seal or tombstone above R at t without first reading
+// R's record there and moving on.
+func (l listing) tops(maxEpoch uint64) []listed {
+	var out []listed
+	for _, f := range l.files {
+		if f.epoch > maxEpoch {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].txid == f.txid {
+			out[n-1] = f
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// anchor is where a walk starts, and the object whose disappearance tells
+// that GC ran under the walk.
+type anchor struct {
+	at   cursor
+	key  string // the record or snapshot the walk started from; "" at origin
+	file *File  // that file, decoded (nil at origin)
+}
+
+// errGCRace reports that the file a walk started from was deleted while it
+// walked, so the missing slot it ended at may be a hole left by GC.
+var errGCRace = errors.New("the log was garbage-collected under the walk")
+
+// stillValid reports whether a missing slot met by a walk from a is the real
+// end of the chain rather than a file GC deleted meanwhile. GC deletes older
+// snapshots first and record files in txid order, so if the slot was
+// deleted, a's file (older snapshot, or a record below the hole) was
+// deleted before it. At origin, GC can only have run if a snapshot exists.
+func (s *store) stillValid(ctx context.Context, a anchor) error {
+	if a.key != "" {
+		ok, err := s.head(ctx, a.key)
+		if err == nil && !ok {
+			err = errGCRace
+		}
+		return err
+	}
+	l, err := s.listLog(ctx)
+	if err == nil && len(l.snaps) > 0 {
+		err = errGCRace
+	}
+	return err
+}
+
+// findAnchor picks the newest known point of the chain in epochs ≤
+// maxEpoch: the newest record file (found from a listing, verified by
+// reading it), else the newest snapshot, else the origin. Any record is a
+// valid start — every record ever written is on the chain — so a stale
+// listing costs reads, never correctness.
+func (s *store) findAnchor(ctx context.Context, maxEpoch uint64) (anchor, error) {
+	l, err := s.listLog(ctx)
+	if err != nil {
+		return anchor{}, err
+	}
+	snap, hasSnap := l.newestSnapshot(maxEpoch)
+	tops := l.tops(maxEpoch)
+	for i, tries := len(tops)-1, 0; i >= 0 && tries < 8; i, tries = i-1, tries+1 {
+		t := tops[i]
+		if hasSnap && t.txid < snap.txid {
+			break
+		}
+		f, err := s.probe(ctx, t.key)
+		if err != nil {
+			return anchor{}, err
+		}
+		if f != nil && f.Kind == KindRecords {
+			return anchor{at: cursor{epoch: t.epoch, txid: t.txid + 1, pos: f.NextPos(), data: true}, key: t.key, file: f}, nil
+		}
+	}
+	if hasSnap {
+		return s.snapshotAnchor(ctx, snap)
+	}
+	return anchor{at: origin}, nil
+}
+
+// snapshotAnchor reads a snapshot and starts after it.
+func (s *store) snapshotAnchor(ctx context.Context, snap listed) (anchor, error) {
+	f, _, err := s.read(ctx, snap.key)
+	if err != nil {
+		return anchor{}, err
+	}
+	if f == nil {
+		return anchor{}, errGCRace
+	}
+	return anchor{at: cursor{epoch: snap.epoch, txid: snap.txid + 1, pos: f.Pos}, key: snap.key, file: f}, nil
+}
+
+// probe reads a listed file to choose where to start. A damaged file is
+// not a start (nil, no error): the walk that starts below it will meet it
+// and stop there with DEED-E031.
+func (s *store) probe(ctx context.Context, key string) (*File, error) {
+	f, _, err := s.read(ctx, key)
+	if bucket.CodeOf(err) == bucket.CodeCorruptTx {
+		return nil, nil
+	}
+	return f, err
+}

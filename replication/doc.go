@@ -1,0 +1,123 @@
+// Package replication is deed's data path: each cell's durable, ordered
+// log in the bucket, fenced by epochs so that a stale owner learns it lost
+// the cell at its next write, and no acknowledged record is ever lost,
+// whatever the clocks do.
+//
+// # Layout
+//
+// A cell's log lives under cells/<cell>/ltx/. Every claim of the cell bumps
+// its epoch (package owner), and the owner of epoch E writes only under
+// e<E>/:
+//
+//	cells/<cell>/ltx/e<epoch>/<txid:016x>.ltx       a transaction file (slot)
+//	cells/<cell>/ltx/e<epoch>/<txid:016x>.snapshot  a snapshot
+//
+// A txid is a slot number, global to the cell and never reused: epoch E+1
+// continues where epoch E's chain ended. Every slot is written create-only
+// (If-None-Match: *), so at most one file ever occupies it.
+//
+// # Transaction files
+//
+// "ltx" means log transaction; this is deed's own framed format, not
+// Litestream's. A file is a 40-byte header, the writer's token, a payload
+// and a CRC-32C (Castagnoli) of everything before it; integers are
+// big-endian (see Encode for the byte layout):
+//
+//	magic "DLTX" | version 1 | kind | token length | epoch | txid | pos |
+//	record count | payload length | token | payload | crc32c
+//
+// The kind is records (a group commit of one or more records, each a
+// uvarint length and its bytes), seal, tombstone, or snapshot. The epoch and
+// txid repeat the file's key and are checked against it. The token is the
+// writer's incarnation: the claim nonce of its lease (owner.Lease.Token).
+// A seal or tombstone carries the epoch that wrote it, for diagnosis only.
+// A file that is truncated, fails its checksum or names another slot is
+// DEED-E031, and the message names its key; reads stop there with that
+// error, they never skip it.
+//
+// # Positions
+//
+// Every record has a position: its index in the cell's whole log, starting
+// at 1. Each records file carries the position of its first record, so a
+// record's position is stable across group commits, epochs, restores and
+// GC, and a reader can resume "after position p" from any process. A
+// snapshot carries the position of the first record after it.
+//
+// # Appending
+//
+// The owner of epoch E writes slot T by creating e<E>/<T>.ltx. Records that
+// arrive while one PUT is in flight wait and go together in the next file
+// (bounded by WithMaxBatch); there is one PUT in flight per cell and slots
+// are written strictly in order. An append returns only when its file, and
+// every slot before it, is in the bucket.
+//
+// A 412 on its own slot means someone else's file is there: a seal or
+// tombstone means a newer epoch fenced this one, so the append, and every
+// one queued behind it, fails with DEED-E021 and the lease ends; our own
+// bytes mean an earlier attempt landed after all. Any other failure of the
+// PUT (timeout, 5xx, 409, a hung connection) is ambiguous and is resolved
+// by reading the slot back, never by guessing: our bytes → landed; a seal
+// → fenced; missing → write the same bytes again, with backoff, until the
+// outcome is known. A slot is never skipped.
+//
+// # Sealing predecessors
+//
+// Before its first write, a new owner E fences every older epoch. It finds
+// D, the newest epoch below E with data, walks D's chain to its end slot T
+// (its first missing txid), creates a seal at e<D>/<T>, and creates a
+// tombstone at e<X>/<T> for every epoch D < X < E. Its own chain starts at
+// T. On a 412 at any of these slots it reads what is there: a record means
+// that epoch has data (it becomes the new D: walk it to its end, seal it,
+// tombstone the epochs above at the new T); a seal or tombstone by someone
+// else is accepted as the end. The walk is the restore rule below, filling
+// each missing slot it stops at below E; a LIST only picks where it starts
+// (the newest record file, or the newest snapshot), and any record is a
+// valid start, because every record ever written lies on the chain.
+//
+// A stale owner's next write lands on that seal or tombstone and fails.
+// Nothing it wrote after the seal is reachable; nothing it wrote before is
+// lost. Close seals the log's own end, so that after the release the next
+// claimer finds the seal and writes nothing to fence.
+//
+// # Restore rule
+//
+// Reading needs no LIST for correctness: start at the newest snapshot's
+// next slot (or slot 1 of epoch 1) and read slots in order.
+//
+//   - A record continues at the next slot of the same epoch.
+//   - A seal or tombstone in epoch X at slot T continues at slot T of the
+//     next epoch above X that holds a record there: X+1, X+2, … are read
+//     in turn, skipping seals and tombstones.
+//   - A missing slot ends the chain.
+//
+// The epoch named in a seal is never followed: two claimers can race on one
+// tombstone, so the epoch it names may start later than T. The rule is
+// sound because each owner's records occupy one slot range, the ranges are
+// disjoint and increase with the epoch, and an owner writes slot T only
+// after every lower epoch that could write T holds a seal, a tombstone or a
+// record there. The simulation test checks that the two broken variants
+// (follow the seal's epoch; no tombstones) lose acknowledged records.
+//
+// Log.Read with barrier is linearizable: one HEAD of the owner's next slot
+// still missing proves no successor has fenced it, hence none has written.
+//
+// # Snapshots and GC
+//
+// Log.Snapshot writes application state covering every txid ≤ upTo.
+// Restore reads the newest snapshot and only the files after it. GC deletes
+// what the newest snapshot makes redundant — older snapshots, and record
+// files at or below its txid in sealed epochs — and never a seal or a
+// tombstone: they keep a paused owner fenced forever. A walk that meets a
+// hole GC made (it deletes older snapshots first, then records in txid
+// order) finds its own starting file gone too, and starts again rather than
+// seal the hole. Positions GC deleted are reported as ErrCompacted.
+//
+// # Errors
+//
+// Every error a caller sees carries a DEED code first in its message:
+// E021 fenced, E022 lease released, E023 zero lease, E024 another lease,
+// E031 damaged file, E012 an outcome that could not be learned (the record
+// may still become durable), E011 the store unavailable, E040 a bad
+// request (a closed log, a snapshot of a txid not yet durable, compacted
+// positions).
+package replication

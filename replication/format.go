@@ -1,0 +1,238 @@
+package replication
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// TxID is a slot number in a cell's log. It is global to the cell and never
+// reused: epoch N+1 continues where epoch N's chain ended. The first slot is 1.
+type TxID uint64
+
+// Pos is the position of one record in the cell's whole log: the first
+// record ever appended is 1, the next 2, and so on across epochs, group
+// commits and restores. Pos 0 means "before the first record".
+type Pos uint64
+
+// Kind says what a file holds.
+type Kind uint8
+
+// The kinds of file. Records, seals and tombstones live in .ltx slots;
+// snapshots in .snapshot files.
+const (
+	KindRecords   Kind = 1 // a batch of records (one group commit)
+	KindSeal      Kind = 2 // the end of an epoch that has data
+	KindTombstone Kind = 3 // the end of an epoch that never wrote at this slot
+	KindSnapshot  Kind = 4 // application state covering every txid ≤ this one
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRecords:
+		return "records"
+	case KindSeal:
+		return "seal"
+	case KindTombstone:
+		return "tombstone"
+	case KindSnapshot:
+		return "snapshot"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// fences reports whether a file of this kind ends the chain of its epoch.
+func (k Kind) fences() bool { return k == KindSeal || k == KindTombstone }
+
+// Format constants. The layout is documented in doc.go; changing it needs a
+// new version, never an edit.
+const (
+	fileMagic   = "DLTX"
+	fileVersion = 1
+	headerLen   = 40
+	trailerLen  = 4 // CRC-32C
+	// MaxTokenLen bounds the writer incarnation stored in every file.
+	MaxTokenLen = 1024
+	// maxMarkerLen is the largest a seal or tombstone can be; GC reads
+	// every .ltx file at most this big to tell records from markers.
+	maxMarkerLen = headerLen + MaxTokenLen + 8 + trailerLen
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// File is one decoded transaction (.ltx) or snapshot file.
+type File struct {
+	Kind Kind
+	// Epoch and TxID name the slot the file sits in (its key). For a seal or
+	// tombstone the epoch is the fenced one, not the writer's (see By).
+	Epoch uint64
+	TxID  TxID
+	// Token is the incarnation of the writer: the claim nonce of its lease.
+	Token string
+	// Pos is, for records, the position of the first record in the file;
+	// for a snapshot, the position of the first record after it; for a seal
+	// or tombstone, the position the chain continued at when it was written
+	// (diagnosis only).
+	Pos Pos
+	// Records holds the batch of a KindRecords file (at least one).
+	Records [][]byte
+	// By is the epoch that wrote a seal or tombstone. Diagnosis only: the
+	// restore rule never follows it.
+	By uint64
+	// State is a snapshot's application state.
+	State []byte
+}
+
+// Count is the number of records in the file.
+func (f *File) Count() int { return len(f.Records) }
+
+// NextPos is the position after the file's last record.
+func (f *File) NextPos() Pos { return f.Pos + Pos(len(f.Records)) }
+
+// Encode frames f:
+//
+//	offset size
+//	 0      4   magic "DLTX"
+//	 4      1   version (1)
+//	 5      1   kind
+//	 6      2   token length
+//	 8      8   epoch
+//	16      8   txid
+//	24      8   pos
+//	32      4   record count
+//	36      4   payload length
+//	40      -   token, then payload
+//	end-4   4   CRC-32C (Castagnoli) of everything before it
+//
+// All integers are big-endian. The payload is count × (uvarint length,
+// bytes) for records, the sealing epoch (8 bytes) for seals and tombstones,
+// and the raw state for snapshots.
+func Encode(f *File) ([]byte, error) {
+	if len(f.Token) > MaxTokenLen {
+		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: token of %d bytes, limit %d", f.Kind, len(f.Token), MaxTokenLen)
+	}
+	var payload []byte
+	count := 0
+	switch f.Kind {
+	case KindRecords:
+		if len(f.Records) == 0 {
+			return nil, fmt.Errorf("encode records file: empty batch")
+		}
+		n := 0
+		for _, r := range f.Records {
+			n += binary.MaxVarintLen64 + len(r)
+		}
+		payload = make([]byte, 0, n)
+		for _, r := range f.Records {
+			payload = binary.AppendUvarint(payload, uint64(len(r)))
+			payload = append(payload, r...)
+		}
+		count = len(f.Records)
+	case KindSeal, KindTombstone:
+		payload = binary.BigEndian.AppendUint64(nil, f.By)
+	case KindSnapshot:
+		payload = f.State
+	default:
+		return nil, fmt.Errorf("encode file: unknown kind %d", f.Kind)
+	}
+	if uint64(len(payload)) > 1<<32-1-headerLen-MaxTokenLen-trailerLen {
+		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: payload of %d bytes is too large", f.Kind, len(payload))
+	}
+	b := make([]byte, headerLen, headerLen+len(f.Token)+len(payload)+trailerLen)
+	copy(b, fileMagic)
+	b[4] = fileVersion
+	b[5] = byte(f.Kind)
+	binary.BigEndian.PutUint16(b[6:], uint16(len(f.Token)))
+	binary.BigEndian.PutUint64(b[8:], f.Epoch)
+	binary.BigEndian.PutUint64(b[16:], uint64(f.TxID))
+	binary.BigEndian.PutUint64(b[24:], uint64(f.Pos))
+	binary.BigEndian.PutUint32(b[32:], uint32(count))
+	binary.BigEndian.PutUint32(b[36:], uint32(len(payload)))
+	b = append(b, f.Token...)
+	b = append(b, payload...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+}
+
+// Decode parses and verifies a file read from key. Any damage — a short or
+// over-long body, a bad magic, version or kind, a checksum mismatch, a
+// header that names another slot than the key — is DEED-E031 naming the key.
+func Decode(key string, body []byte) (*File, error) {
+	corrupt := func(format string, args ...any) error {
+		return bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	if len(body) < headerLen+trailerLen {
+		return nil, corrupt("truncated: %d bytes, header needs %d", len(body), headerLen+trailerLen)
+	}
+	if string(body[:4]) != fileMagic {
+		return nil, corrupt("bad magic %q", body[:4])
+	}
+	tokenLen := int(binary.BigEndian.Uint16(body[6:]))
+	payloadLen := int(binary.BigEndian.Uint32(body[36:]))
+	if want := headerLen + tokenLen + payloadLen + trailerLen; len(body) != want {
+		if len(body) < want {
+			return nil, corrupt("truncated: %d bytes, header says %d", len(body), want)
+		}
+		return nil, corrupt("%d bytes, header says %d", len(body), want)
+	}
+	end := len(body) - trailerLen
+	if got, want := crc32.Checksum(body[:end], castagnoli), binary.BigEndian.Uint32(body[end:]); got != want {
+		return nil, corrupt("checksum mismatch (crc32c %08x, stored %08x)", got, want)
+	}
+	if body[4] != fileVersion {
+		return nil, corrupt("unsupported version %d", body[4])
+	}
+	f := &File{
+		Kind:  Kind(body[5]),
+		Epoch: binary.BigEndian.Uint64(body[8:]),
+		TxID:  TxID(binary.BigEndian.Uint64(body[16:])),
+		Pos:   Pos(binary.BigEndian.Uint64(body[24:])),
+		Token: string(body[headerLen : headerLen+tokenLen]),
+	}
+	count := int(binary.BigEndian.Uint32(body[32:]))
+	payload := body[headerLen+tokenLen : end]
+	switch f.Kind {
+	case KindRecords:
+		if count == 0 {
+			return nil, corrupt("records file with no records")
+		}
+		f.Records = make([][]byte, 0, min(count, len(payload)+1))
+		p := payload
+		for i := 0; i < count; i++ {
+			n, k := binary.Uvarint(p)
+			if k <= 0 || n > uint64(len(p)-k) {
+				return nil, corrupt("record %d of %d overruns the payload", i+1, count)
+			}
+			f.Records = append(f.Records, p[k:k+int(n):k+int(n)])
+			p = p[k+int(n):]
+		}
+		if len(p) != 0 {
+			return nil, corrupt("%d bytes after the last record", len(p))
+		}
+		if f.Pos == 0 {
+			return nil, corrupt("records file without a position")
+		}
+	case KindSeal, KindTombstone:
+		if count != 0 || len(payload) != 8 {
+			return nil, corrupt("%s with %d records and a %d-byte payload", f.Kind, count, len(payload))
+		}
+		f.By = binary.BigEndian.Uint64(payload)
+	case KindSnapshot:
+		if count != 0 {
+			return nil, corrupt("snapshot with %d records", count)
+		}
+		f.State = payload
+	default:
+		return nil, corrupt("unknown kind %d", f.Kind)
+	}
+	if k, ok := parseKey(key); ok {
+		if k.epoch != f.Epoch || k.txid != f.TxID {
+			return nil, corrupt("header names e%d/%016x", f.Epoch, uint64(f.TxID))
+		}
+		if k.snapshot != (f.Kind == KindSnapshot) {
+			return nil, corrupt("a %s in a %s key", f.Kind, map[bool]string{true: ".snapshot", false: ".ltx"}[k.snapshot])
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,596 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
+// Result says where an appended record landed.
+type Result struct {
+	Epoch uint64
+	TxID  TxID // the transaction file (slot) that carries it
+	Pos   Pos  // the record's position in the cell's log
+	// FirstPos and Count describe the whole group commit the record was in.
+	FirstPos Pos
+	Count    int
+}
+
+// Log is the writer side of a cell's log for one epoch. Open makes one from
+// a lease; Append, Snapshot and Read borrow the lease; Close seals the
+// chain. A Log is safe for concurrent use: appends from many goroutines are
+// group-committed, one transaction file per PUT, one PUT in flight.
+type Log struct {
+	s     *store
+	lease *owner.Lease
+	epoch uint64
+	start Head // the chain head when the log opened
+
+	ctx     context.Context // the writer's; cancelled by Close on timeout
+	cancel  context.CancelFunc
+	kick    chan struct{}
+	stopped chan struct{} // closed when the writer goroutine exits
+
+	mu       sync.Mutex
+	queue    []*pending
+	next     TxID // the next slot to write: every slot below it is durable
+	nextPos  Pos
+	err      error // sticky: once set, every append fails with it
+	closing  bool
+	closed   chan struct{} // closed when Close finished
+	closeErr error
+	index    []indexEntry // (txid, first position) of files this log wrote
+}
+
+type indexEntry struct {
+	txid TxID
+	pos  Pos
+}
+
+// pending is one Append waiting for its group commit.
+type pending struct {
+	data  []byte
+	taken bool // picked up by the writer: the outcome is no longer ours to cancel
+	done  chan outcome
+}
+
+type outcome struct {
+	res Result
+	err error
+}
+
+// open logs, one per lease: a second writer in one epoch would race the
+// first for its own slots.
+var (
+	openMu   sync.Mutex
+	openLogs = map[*owner.Lease]*Log{}
+)
+
+var errClosed = errors.New("log closed")
+
+// Open starts the log of lease's epoch E. Before anything is written it
+// fences every predecessor (DESIGN.md, "The data path"): it walks the chain
+// with the restore rule to its end, puts a seal at the end slot T of the
+// newest epoch with data and a tombstone at T of every epoch between it and
+// E, and starts E's chain at T. A 412 at any of those slots is answered by
+// reading it: a record means that epoch has data, so the walk follows it
+// to its new end; a seal or tombstone someone else wrote is accepted.
+//
+// If E itself was already fenced by a newer epoch, Open ends the lease as
+// superseded and returns DEED-E021. A zero, released or fenced lease is
+// refused with its code. One log may be open per lease; Close it (before
+// releasing the lease) to stop its writer goroutine and seal its chain.
+func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Option) (*Log, error) {
+	if err := lease.Check(); err != nil {
+		return nil, err
+	}
+	openMu.Lock()
+	if openLogs[lease] != nil {
+		openMu.Unlock()
+		return nil, bucket.Errorf(bucket.CodeBadRequest, "open log %s epoch %d: a log is already open on this lease", lease.Cell(), lease.Epoch())
+	}
+	l := &Log{
+		s:       newStore(b, lease.Cell(), opts),
+		lease:   lease,
+		epoch:   lease.Epoch(),
+		kick:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+		closed:  make(chan struct{}),
+	}
+	openLogs[lease] = l
+	openMu.Unlock()
+
+	h, err := l.fence(ctx)
+	if err != nil {
+		forget(l)
+		return nil, bucket.Wrap(err, "open log %s epoch %d", lease.Cell(), lease.Epoch())
+	}
+	l.start, l.next, l.nextPos = h, h.Next, h.NextPos
+	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go l.run()
+	l.s.cfg.logger.Info("log opened", "cell", lease.Cell(), "epoch", l.epoch, "next", uint64(h.Next), "next_pos", uint64(h.NextPos))
+	return l, nil
+}
+
+func forget(l *Log) {
+	openMu.Lock()
+	if openLogs[l.lease] == l {
+		delete(openLogs, l.lease)
+	}
+	openMu.Unlock()
+}
+
+// maxFenceAttempts bounds restarts of the fencing walk after a GC race.
+const maxFenceAttempts = 5
+
+// fence seals the predecessors and returns where E's chain starts.
+func (l *Log) fence(ctx context.Context) (Head, error) {
+	var err error
+	for attempt := 0; attempt < maxFenceAttempts; attempt++ {
+		var a anchor
+		if a, err = l.s.findAnchor(ctx, l.epoch); err != nil {
+			return Head{}, err
+		}
+		var h Head
+		h, err = l.fenceFrom(ctx, a)
+		if !errors.Is(err, errGCRace) {
+			return h, err
+		}
+		l.s.cfg.logger.Info("fencing walk raced with GC; starting again", "cell", l.s.cell, "epoch", l.epoch)
+	}
+	return Head{}, bucket.Errorf(bucket.CodeUnavailable, "fence predecessors: %w", err)
+}
+
+// fenceFrom is the sealing walk from anchor a. It is the restore rule with
+// one addition: where a reader would stop at a missing slot below E, the
+// writer fills it — a seal if the epoch has data there, else a tombstone —
+// and goes on as if it had read that marker.
+func (l *Log) fenceFrom(ctx context.Context, a anchor) (Head, error) {
+	s, E := l.s, l.epoch
+	c := a.at
+	for {
+		key := SlotKey(s.cell, c.epoch, c.txid)
+		f, _, err := s.read(ctx, key)
+		if err != nil {
+			return Head{}, err
+		}
+		if c.epoch >= E {
+			if c.epoch > E { // only a broken rule (a test variant) gets here
+				return Head{}, bucket.Errorf(bucket.CodeSuperseded, "fence predecessors: the walk passed epoch %d", E)
+			}
+			return l.ownSlot(ctx, key, c, f)
+		}
+		if f == nil {
+			// The end of the chain, below E: fill it. But first make sure
+			// the gap is not a file GC deleted under this walk.
+			if err := s.stillValid(ctx, a); err != nil {
+				return Head{}, err
+			}
+			kind := KindTombstone
+			if c.data {
+				kind = KindSeal
+			}
+			if kind == KindTombstone && variant == variantNoTombstones {
+				c = cursor{epoch: c.epoch + 1, txid: c.txid, pos: c.pos}
+				continue
+			}
+			body, err := Encode(&File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Token: l.lease.Token(), Pos: c.pos, By: E})
+			if err != nil {
+				return Head{}, err
+			}
+			theirs, err := s.create(ctx, key, body)
+			if err != nil {
+				return Head{}, err
+			}
+			if theirs == nil {
+				s.cfg.logger.Info("fenced predecessor", "cell", s.cell, "epoch", E, "slot_epoch", c.epoch, "txid", uint64(c.txid), "kind", kind.String())
+				c = cursor{epoch: c.epoch + 1, txid: c.txid, pos: c.pos}
+				continue
+			}
+			f = theirs // 412: decide on what is there
+		}
+		if err := checkPos(key, f, c); err != nil {
+			return Head{}, err
+		}
+		c, _ = step(c, f)
+	}
+}
+
+// ownSlot decides what the walk found at E's own first slot: free (the
+// chain starts here), fenced by a newer epoch, sealed by our own Close, or
+// records of this lease from a log that ended without sealing (continue
+// after them).
+func (l *Log) ownSlot(ctx context.Context, key string, c cursor, f *File) (Head, error) {
+	for {
+		switch {
+		case f == nil:
+			return Head{Next: c.txid, NextPos: c.pos}, nil
+		case f.Token != l.lease.Token() && f.Kind == KindRecords:
+			return Head{}, bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer of epoch %d", key, l.epoch)
+		case f.Kind.fences() && f.Token == l.lease.Token() && f.By == l.epoch:
+			return Head{}, bucket.Errorf(bucket.CodeBadRequest, "open log: epoch %d's log was closed (sealed at %s); release the lease and claim again", l.epoch, key)
+		case f.Kind.fences():
+			return Head{}, l.fenced(key, f)
+		}
+		if err := checkPos(key, f, c); err != nil {
+			return Head{}, err
+		}
+		c, _ = step(c, f)
+		key = SlotKey(l.s.cell, l.epoch, c.txid)
+		var err error
+		if f, _, err = l.s.read(ctx, key); err != nil {
+			return Head{}, err
+		}
+	}
+}
+
+// Epoch is the log's epoch.
+func (l *Log) Epoch() uint64 { return l.epoch }
+
+// Cell is the log's cell.
+func (l *Log) Cell() string { return l.s.cell }
+
+// Start is where this epoch's chain started when the log opened: the slot
+// and position of the first record it writes.
+func (l *Log) Start() Head { return l.start }
+
+// Head is where the chain ends now: every slot below Next is durable.
+func (l *Log) Head() Head {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Head{Next: l.next, NextPos: l.nextPos}
+}
+
+// checkLease refuses a lease that is not this log's (DEED-E024) or that is
+// no longer valid (its own code).
+func (l *Log) checkLease(lease *owner.Lease) error {
+	if err := lease.Check(); err != nil {
+		return err
+	}
+	if lease != l.lease {
+		return bucket.Errorf(bucket.CodeNotHolder, "not the holder: the log of cell %s epoch %d belongs to another lease", l.s.cell, l.epoch)
+	}
+	return nil
+}
+
+// Append adds record to the log and returns once it is durable in the
+// bucket, that is once the transaction file carrying it — and every slot
+// before it — was written. Records that arrive while a PUT is in flight go
+// together in the next file.
+//
+// If the log's slot turns out to hold a seal or tombstone, a newer epoch
+// has fenced this one: the lease ends as superseded and this append, and
+// every one queued behind it, fails with DEED-E021. If ctx ends while the
+// record is queued it is not written and the error wraps ctx's; if it ends
+// while the record's PUT is in flight, the outcome is unknown (DEED-E012):
+// the record may still become durable.
+func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Result, error) {
+	if err := l.checkLease(lease); err != nil {
+		return Result{}, err
+	}
+	p := &pending{data: record, done: make(chan outcome, 1)}
+	l.mu.Lock()
+	switch {
+	case l.err != nil:
+		err := l.err
+		l.mu.Unlock()
+		return Result{}, err
+	case l.closing:
+		l.mu.Unlock()
+		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, errClosed)
+	}
+	l.queue = append(l.queue, p)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case o := <-p.done:
+		return o.res, o.err
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	if !p.taken {
+		for i, q := range l.queue {
+			if q == p {
+				l.queue = append(l.queue[:i], l.queue[i+1:]...)
+				break
+			}
+		}
+		l.mu.Unlock()
+		return Result{}, fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())
+	}
+	l.mu.Unlock()
+	select {
+	case o := <-p.done: // decided meanwhile
+		return o.res, o.err
+	default:
+	}
+	return Result{}, bucket.Errorf(bucket.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
+}
+
+// run is the writer: one goroutine per log, one PUT in flight, slots in
+// strict order.
+func (l *Log) run() {
+	defer close(l.stopped)
+	for {
+		l.mu.Lock()
+		if l.err != nil {
+			q := l.queue
+			l.queue = nil
+			err := l.err
+			l.mu.Unlock()
+			fail(q, err)
+			return
+		}
+		if len(l.queue) == 0 {
+			closing := l.closing
+			l.mu.Unlock()
+			if closing {
+				return
+			}
+			select {
+			case <-l.kick:
+			case <-l.ctx.Done():
+				l.setErr(bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, errClosed))
+			}
+			continue
+		}
+		batch := l.takeLocked()
+		txid, pos := l.next, l.nextPos
+		l.mu.Unlock()
+		l.commit(batch, txid, pos)
+	}
+}
+
+// takeLocked removes the next group commit from the queue: at least one
+// record, then as many as fit the bounds.
+func (l *Log) takeLocked() []*pending {
+	n, size := 0, 0
+	for n < len(l.queue) && n < l.s.cfg.maxBatchRecords {
+		d := len(l.queue[n].data)
+		if n > 0 && size+d > l.s.cfg.maxBatchBytes {
+			break
+		}
+		size += d
+		n++
+	}
+	batch := make([]*pending, n)
+	copy(batch, l.queue[:n])
+	l.queue = append(l.queue[:0], l.queue[n:]...)
+	for _, p := range batch {
+		p.taken = true
+	}
+	return batch
+}
+
+func fail(q []*pending, err error) {
+	for _, p := range q {
+		p.done <- outcome{err: err}
+	}
+}
+
+func (l *Log) setErr(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+}
+
+// commit writes one transaction file at txid and settles its appends.
+func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
+	// A lease that ended (released, node fenced, superseded) starts no new
+	// write. A write already started is always resolved, never abandoned.
+	if err := l.lease.Check(); err != nil {
+		l.setErr(err)
+		fail(batch, err)
+		return
+	}
+	f := &File{Kind: KindRecords, Epoch: l.epoch, TxID: txid, Token: l.lease.Token(), Pos: pos, Records: make([][]byte, len(batch))}
+	for i, p := range batch {
+		f.Records[i] = p.data
+	}
+	key := SlotKey(l.s.cell, l.epoch, txid)
+	body, err := Encode(f)
+	if err != nil {
+		// Nothing was sent; only this batch fails.
+		fail(batch, err)
+		return
+	}
+	theirs, err := l.s.create(l.ctx, key, body)
+	if err == nil && theirs != nil {
+		err = l.fenced(key, theirs)
+	}
+	if err != nil {
+		l.setErr(err)
+		fail(batch, err)
+		return
+	}
+	l.mu.Lock()
+	l.next, l.nextPos = txid+1, f.NextPos()
+	l.index = append(l.index, indexEntry{txid: txid, pos: pos})
+	if len(l.index) > l.s.cfg.indexLen {
+		l.index = append(l.index[:0], l.index[len(l.index)-l.s.cfg.indexLen/2:]...)
+	}
+	l.mu.Unlock()
+	for i, p := range batch {
+		p.done <- outcome{res: Result{Epoch: l.epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(batch)}}
+	}
+}
+
+// fenced handles someone else's file at our own slot.
+func (l *Log) fenced(key string, theirs *File) error {
+	if theirs.Kind.fences() {
+		l.lease.Supersede(fmt.Errorf("%s at %s by epoch %d", theirs.Kind, key, theirs.By))
+		l.s.cfg.logger.Warn("log fenced", "cell", l.s.cell, "epoch", l.epoch, "key", key, "by", theirs.By)
+		return l.lease.Err()
+	}
+	return bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer (epoch %d)", key, theirs.Epoch)
+}
+
+// Close waits for queued appends, then seals the log's own chain end (a
+// seal at its next slot, in its own epoch), so that the release that
+// follows lets the next claimer start without walking. It does not release
+// the lease: the caller does, after Close. If ctx ends first, pending
+// appends fail (DEED-E012 for one in flight) and the chain is left for the
+// next claimer to seal.
+func (l *Log) Close(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		select {
+		case <-l.closed:
+			return l.closeErr
+		case <-ctx.Done():
+			return fmt.Errorf("close log %s: %w", l.s.cell, ctx.Err())
+		}
+	}
+	l.closing = true
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	err := l.close(ctx)
+	l.mu.Lock()
+	l.closeErr = err
+	l.mu.Unlock()
+	close(l.closed)
+	forget(l)
+	return err
+}
+
+func (l *Log) close(ctx context.Context) error {
+	defer l.cancel()
+	select {
+	case <-l.stopped:
+	case <-ctx.Done():
+		l.cancel()
+		<-l.stopped
+		return bucket.Wrap(bucket.Errorf(bucket.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
+	}
+	l.mu.Lock()
+	werr, next, pos := l.err, l.next, l.nextPos
+	l.mu.Unlock()
+	if werr != nil {
+		if bucket.CodeOf(werr) == bucket.CodeSuperseded {
+			return nil // a newer epoch sealed us: the chain end is fenced already
+		}
+		if bucket.CodeOf(werr) == bucket.CodeAmbiguous {
+			return bucket.Wrap(werr, "close log %s epoch %d: cannot seal", l.s.cell, l.epoch)
+		}
+	}
+	key := SlotKey(l.s.cell, l.epoch, next)
+	body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch})
+	if err != nil {
+		return err
+	}
+	theirs, err := l.s.create(ctx, key, body)
+	if err != nil {
+		return bucket.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+	}
+	if theirs != nil {
+		if ferr := l.fenced(key, theirs); bucket.CodeOf(ferr) != bucket.CodeSuperseded {
+			return bucket.Wrap(ferr, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+		}
+		return nil
+	}
+	l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
+	return nil
+}
+
+// Read returns up to limit records after position after (limit ≤ 0: to the
+// end). With barrier it is linearizable: first it checks, with one HEAD of
+// the log's next slot, that no newer epoch has fenced this one — a
+// successor writes nothing before it seals that slot — so the read reflects
+// every write acknowledged anywhere before it began. If the slot is fenced,
+// the lease ends and Read returns DEED-E021.
+func (l *Log) Read(ctx context.Context, after Pos, limit int, barrier bool) ([]Record, error) {
+	if barrier {
+		if err := l.barrier(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	for attempt := 0; attempt < maxReadAttempts; attempt++ {
+		var a anchor
+		var ok bool
+		if a, ok, err = l.indexAnchor(ctx, after); err == nil {
+			if !ok {
+				a, err = l.s.locate(ctx, after)
+			}
+			if err == nil {
+				var recs []Record
+				if recs, _, err = l.s.readFrom(ctx, a, after, limit); err == nil {
+					return recs, nil
+				}
+			}
+		}
+		if !errors.Is(err, errGCRace) {
+			break
+		}
+	}
+	return nil, bucket.Wrap(err, "read %s after %d", l.s.cell, after)
+}
+
+// barrier checks that the log's next slot is still free. A file there is
+// either ours (a PUT that landed since the head was read: look at the slot
+// after it) or a newer epoch's seal.
+func (l *Log) barrier(ctx context.Context) error {
+	l.mu.Lock()
+	t := l.next
+	l.mu.Unlock()
+	for {
+		key := SlotKey(l.s.cell, l.epoch, t)
+		ok, err := l.s.head(ctx, key)
+		if err != nil {
+			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+		}
+		if !ok {
+			return nil
+		}
+		f, _, err := l.s.read(ctx, key)
+		if err != nil {
+			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+		}
+		switch {
+		case f == nil:
+			return nil
+		case f.Kind == KindRecords && f.Token == l.lease.Token():
+			t++
+			continue
+		case f.Kind.fences() && f.Token == l.lease.Token():
+			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, errClosed)
+		}
+		return bucket.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
+	}
+}
+
+// indexAnchor starts a read from a file this log wrote, when the position
+// is in its range, sparing the listing.
+func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) {
+	want := after + 1
+	l.mu.Lock()
+	i := sort.Search(len(l.index), func(i int) bool { return l.index[i].pos > want }) - 1
+	var e indexEntry
+	if i >= 0 {
+		e = l.index[i]
+	}
+	l.mu.Unlock()
+	if i < 0 {
+		return anchor{}, false, nil
+	}
+	key := SlotKey(l.s.cell, l.epoch, e.txid)
+	f, _, err := l.s.read(ctx, key)
+	if err != nil || f == nil || f.Kind != KindRecords {
+		return anchor{}, false, err
+	}
+	return anchor{at: cursor{epoch: l.epoch, txid: e.txid + 1, pos: f.NextPos(), data: true}, key: key, file: f}, true, nil
+}

@@ -1,0 +1,221 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
+// Snapshot writes state as a snapshot covering every txid ≤ upTo, at
+// e<E>/<upTo>.snapshot, create-only. upTo must be durable (below Head().Next)
+// and no older than the slot before this log's start. Restore then starts
+// from the newest snapshot, and GC may delete the files it covers.
+//
+// Writing the same snapshot twice is a no-op; a different state for a txid
+// that already has a snapshot in this epoch is refused (DEED-E040).
+func (l *Log) Snapshot(ctx context.Context, lease *owner.Lease, upTo TxID, state []byte) (Snapshot, error) {
+	if err := l.checkLease(lease); err != nil {
+		return Snapshot{}, err
+	}
+	next, err := l.nextPosAfter(ctx, upTo)
+	if err != nil {
+		return Snapshot{}, bucket.Wrap(err, "snapshot %s at %d", l.s.cell, upTo)
+	}
+	key := SnapshotKey(l.s.cell, l.epoch, upTo)
+	body, err := Encode(&File{Kind: KindSnapshot, Epoch: l.epoch, TxID: upTo, Token: lease.Token(), Pos: next, State: state})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	theirs, err := l.s.create(ctx, key, body)
+	if err != nil {
+		return Snapshot{}, bucket.Wrap(err, "snapshot %s at %d", l.s.cell, upTo)
+	}
+	if theirs != nil {
+		return Snapshot{}, bucket.Errorf(bucket.CodeBadRequest, "snapshot %s at %d: %s already holds a different snapshot", l.s.cell, upTo, key)
+	}
+	return Snapshot{Key: key, Epoch: l.epoch, TxID: upTo, NextPos: next, State: state}, nil
+}
+
+// nextPosAfter is the position after txid upTo's last record.
+func (l *Log) nextPosAfter(ctx context.Context, upTo TxID) (Pos, error) {
+	l.mu.Lock()
+	next, nextPos, start := l.next, l.nextPos, l.start
+	i := sort.Search(len(l.index), func(i int) bool { return l.index[i].txid > upTo })
+	var after *indexEntry
+	if i < len(l.index) && l.index[i].txid == upTo+1 {
+		after = &l.index[i]
+	}
+	l.mu.Unlock()
+	switch {
+	case upTo == 0 || upTo+1 < start.Next:
+		return 0, bucket.Errorf(bucket.CodeBadRequest, "txid %d is before this log's start %d", upTo, start.Next)
+	case upTo >= next:
+		return 0, bucket.Errorf(bucket.CodeBadRequest, "txid %d is not durable yet (head %d)", upTo, next)
+	case upTo+1 == start.Next:
+		return start.NextPos, nil
+	case upTo+1 == next:
+		return nextPos, nil
+	case after != nil:
+		return after.pos, nil
+	}
+	key := SlotKey(l.s.cell, l.epoch, upTo)
+	f, _, err := l.s.read(ctx, key)
+	switch {
+	case err != nil:
+		return 0, err
+	case f == nil || f.Kind != KindRecords:
+		return 0, bucket.Errorf(bucket.CodeCorruptTx, "corrupt log: %s should hold records", key)
+	}
+	return f.NextPos(), nil
+}
+
+// Restore rebuilds the state this log starts from: the newest snapshot,
+// then every record up to Start().NextPos. It fails if the chain ends
+// before that (a race with GC: call it again).
+func (l *Log) Restore(ctx context.Context, onSnapshot func(Snapshot) error, onRecord func(Record) error) error {
+	h, err := l.s.restore(ctx, l.epoch, l.start.NextPos, onSnapshot, onRecord)
+	if err == nil && h.NextPos < l.start.NextPos {
+		err = bucket.Errorf(bucket.CodeUnavailable, "chain ended at position %d before the log's start %d: %w", h.NextPos, l.start.NextPos, errGCRace)
+	}
+	return bucket.Wrap(err, "restore %s", l.s.cell)
+}
+
+// GCOptions configure GC.
+type GCOptions struct {
+	// DryRun reports what would be deleted and deletes nothing.
+	DryRun bool
+}
+
+// GCReport says what GC deleted (or would delete, in a dry run).
+type GCReport struct {
+	// Snapshot is the key of the newest snapshot, which GC keeps and bases
+	// every decision on; "" when the cell has none (then nothing is deleted).
+	Snapshot string
+	// Deleted lists the deleted keys: older snapshots first, then record
+	// files in txid order.
+	Deleted []string
+	Bytes   int64 // the size of the deleted files
+	// Markers counts the seals and tombstones seen; GC never deletes them.
+	Markers int
+	DryRun  bool
+}
+
+// GC deletes what the newest snapshot makes redundant: every older
+// snapshot, and every record file at or below the snapshot's txid S in a
+// sealed epoch — an epoch below the snapshot's epoch, or the snapshot's
+// epoch itself once a seal or tombstone ends it. It never deletes a seal or
+// a tombstone (they keep a paused owner fenced forever), never a file above
+// S, and never a record of an epoch that may still be writing.
+//
+// Order matters for walkers running meanwhile: older snapshots go first,
+// then record files in txid order, so a walk that meets a hole GC made
+// finds its own starting file gone as well and starts again instead of
+// sealing the hole.
+//
+// The snapshot is read and verified first; a damaged one (DEED-E031) stops
+// GC before it deletes anything.
+func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, options ...Option) (GCReport, error) {
+	rep := GCReport{DryRun: opts.DryRun}
+	if err := validCell(cell); err != nil {
+		return rep, err
+	}
+	s := newStore(b, cell, options)
+	l, err := s.listLog(ctx)
+	if err != nil {
+		return rep, bucket.Wrap(err, "gc %s", cell)
+	}
+	snap, ok := l.newestSnapshot(^uint64(0))
+	if !ok {
+		return rep, nil
+	}
+	f, _, err := s.read(ctx, snap.key)
+	if err != nil {
+		return rep, bucket.Wrap(err, "gc %s", cell)
+	}
+	if f == nil {
+		return rep, bucket.Errorf(bucket.CodeUnavailable, "gc %s: snapshot %s vanished: another GC is running", cell, snap.key)
+	}
+	rep.Snapshot = snap.key
+	S, Xs := snap.txid, snap.epoch
+
+	var victims []listed
+	for _, o := range l.snaps {
+		if o.key != snap.key && (o.txid < S || (o.txid == S && o.epoch < Xs)) {
+			victims = append(victims, o)
+		}
+	}
+	sealed, err := s.epochSealed(ctx, l, Xs)
+	if err != nil {
+		return rep, bucket.Wrap(err, "gc %s", cell)
+	}
+	for _, o := range l.files {
+		if o.txid > S || o.epoch > Xs || (o.epoch == Xs && !sealed) {
+			continue
+		}
+		if o.size <= maxMarkerLen {
+			// Small enough to be a seal or tombstone: look.
+			g, _, err := s.read(ctx, o.key)
+			if err != nil && bucket.CodeOf(err) != bucket.CodeCorruptTx {
+				return rep, bucket.Wrap(err, "gc %s", cell)
+			}
+			if g == nil || g.Kind != KindRecords {
+				if g != nil || err != nil {
+					rep.Markers++ // a marker, or damaged: keep it
+				}
+				continue
+			}
+		}
+		victims = append(victims, o)
+	}
+	for _, o := range victims {
+		if !opts.DryRun {
+			if err := s.remove(ctx, o); err != nil {
+				return rep, bucket.Wrap(err, "gc %s", cell)
+			}
+		}
+		rep.Deleted = append(rep.Deleted, o.key)
+		rep.Bytes += o.size
+	}
+	s.cfg.logger.Info("gc", "cell", cell, "snapshot", snap.key, "deleted", len(rep.Deleted), "dry_run", opts.DryRun)
+	return rep, nil
+}
+
+// epochSealed reports whether epoch x is ended by a seal or tombstone: its
+// highest listed .ltx file is one.
+func (s *store) epochSealed(ctx context.Context, l listing, x uint64) (bool, error) {
+	for i := len(l.files) - 1; i >= 0; i-- {
+		if l.files[i].epoch != x {
+			continue
+		}
+		f, _, err := s.read(ctx, l.files[i].key)
+		if err != nil {
+			return false, err
+		}
+		return f != nil && f.Kind.fences(), nil
+	}
+	return false, nil
+}
+
+// remove deletes one file, only the version that was listed when the store
+// supports it.
+func (s *store) remove(ctx context.Context, o listed) error {
+	cond := bucket.IfMatch(o.etag)
+	if o.etag == "" {
+		cond = bucket.None
+	}
+	err := s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+		err := s.b.Delete(ctx, o.key, cond)
+		if errors.Is(err, bucket.ErrUnsupported) && cond.Conditional() {
+			cond = bucket.None
+			err = s.b.Delete(ctx, o.key, cond)
+		}
+		return err
+	})
+	if err == nil || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,282 @@
+package replication
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxBatchRecords = 4096
+	DefaultMaxBatchBytes   = 4 << 20
+	DefaultRequestTimeout  = 10 * time.Second
+	DefaultReadAttempts    = 8
+)
+
+type config struct {
+	maxBatchRecords int
+	maxBatchBytes   int
+	requestTimeout  time.Duration
+	readAttempts    int
+	backoffMin      time.Duration
+	backoffMax      time.Duration
+	logger          *slog.Logger
+	indexLen        int
+}
+
+func defaults() config {
+	return config{
+		maxBatchRecords: DefaultMaxBatchRecords,
+		maxBatchBytes:   DefaultMaxBatchBytes,
+		requestTimeout:  DefaultRequestTimeout,
+		readAttempts:    DefaultReadAttempts,
+		backoffMin:      10 * time.Millisecond,
+		backoffMax:      time.Second,
+		logger:          slog.New(slog.DiscardHandler),
+		indexLen:        1 << 16,
+	}
+}
+
+// Option configures Open, Read, Restore and GC.
+type Option func(*config)
+
+// WithMaxBatch bounds one group commit: at most records records and about
+// bytes bytes of payload per transaction file (a single larger record still
+// goes alone). Zero keeps the default.
+func WithMaxBatch(records, bytes int) Option {
+	return func(c *config) {
+		if records > 0 {
+			c.maxBatchRecords = records
+		}
+		if bytes > 0 {
+			c.maxBatchBytes = bytes
+		}
+	}
+}
+
+// WithRequestTimeout bounds every single request to the bucket (default
+// 10s). A write that times out is ambiguous and is resolved by reading the
+// slot back; it is never reported as lost.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.requestTimeout = d
+		}
+	}
+}
+
+// WithBackoff sets the retry backoff range (default 10ms to 1s).
+func WithBackoff(lo, hi time.Duration) Option {
+	return func(c *config) {
+		if lo > 0 {
+			c.backoffMin = lo
+		}
+		if hi >= c.backoffMin {
+			c.backoffMax = hi
+		}
+	}
+}
+
+// WithReadAttempts bounds how often one read is retried on a transient
+// store error before the operation fails with DEED-E011 (default 8). The
+// resolution of an ambiguous write is not bounded by it: a writer retries
+// its slot until the outcome is known or its context ends.
+func WithReadAttempts(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.readAttempts = n
+		}
+	}
+}
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// store is the slot I/O every part of the package shares: reads that retry
+// transient errors, and create-only writes that resolve ambiguity by reading
+// the key back.
+type store struct {
+	b    bucket.Bucket
+	cell string
+	cfg  config
+}
+
+func newStore(b bucket.Bucket, cell string, opts []Option) *store {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &store{b: b, cell: cell, cfg: cfg}
+}
+
+// backoff is the pause before retry attempt i (0-based), with ±25% jitter.
+func (s *store) backoff(i int) time.Duration {
+	d := s.cfg.backoffMin << min(i, 20)
+	if d > s.cfg.backoffMax || d <= 0 {
+		d = s.cfg.backoffMax
+	}
+	return d - d/4 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// permanent reports errors no retry can fix.
+func permanent(err error) bool {
+	return errors.Is(err, bucket.ErrAccessDenied) || errors.Is(err, bucket.ErrUnsupported)
+}
+
+// retry runs op until it succeeds, fails permanently, or attempts run out
+// (attempts ≤ 0: until ctx ends). Each attempt gets its own timeout.
+func (s *store) retry(ctx context.Context, attempts int, op func(ctx context.Context) error) error {
+	for i := 0; ; i++ {
+		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+		err := op(actx)
+		cancel()
+		if err == nil || permanent(err) || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) {
+			return err
+		}
+		if ctx.Err() != nil || (attempts > 0 && i+1 >= attempts) {
+			return err
+		}
+		if serr := sleep(ctx, s.backoff(i)); serr != nil {
+			return err
+		}
+	}
+}
+
+// get reads key; found is false when it does not exist.
+func (s *store) get(ctx context.Context, key string) (body []byte, found bool, err error) {
+	err = s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+		obj, err := s.b.Get(ctx, key)
+		body = obj.Body
+		return err
+	})
+	switch {
+	case err == nil:
+		return body, true, nil
+	case errors.Is(err, bucket.ErrNotFound):
+		return nil, false, nil
+	}
+	return nil, false, bucket.Wrap(err, "read %s", key)
+}
+
+// read reads and decodes key; f is nil when it does not exist.
+func (s *store) read(ctx context.Context, key string) (f *File, body []byte, err error) {
+	body, found, err := s.get(ctx, key)
+	if err != nil || !found {
+		return nil, nil, err
+	}
+	f, err = Decode(key, body)
+	return f, body, err
+}
+
+// head reports whether key exists.
+func (s *store) head(ctx context.Context, key string) (bool, error) {
+	err := s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+		_, err := s.b.Head(ctx, key)
+		return err
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, bucket.ErrNotFound):
+		return false, nil
+	}
+	return false, bucket.Wrap(err, "head %s", key)
+}
+
+// list returns every key under prefix (following pages), retrying
+// transient errors.
+func (s *store) list(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
+	var all bucket.ListPage
+	for {
+		var page bucket.ListPage
+		err := s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+			var err error
+			page, err = s.b.List(ctx, in)
+			return err
+		})
+		if err != nil {
+			return all, bucket.Wrap(err, "list %s", in.Prefix)
+		}
+		all.Objects = append(all.Objects, page.Objects...)
+		all.Prefixes = append(all.Prefixes, page.Prefixes...)
+		if page.NextToken == "" {
+			return all, nil
+		}
+		in.Token = page.NextToken
+	}
+}
+
+// create writes body at key create-only (If-None-Match: *) and learns the
+// outcome for certain. It returns (nil, nil) when body is at key — written
+// now or by an earlier attempt whose response was lost — and the file found
+// there when someone else's bytes hold the key.
+//
+// Every outcome other than success or 412 (timeouts, 5xx, 409, a dropped
+// connection) is resolved by reading the key back, never by guessing: our
+// bytes → landed; other bytes → theirs; missing → write the same bytes
+// again after a backoff. It gives up only when ctx ends, with DEED-E012:
+// the write may still land, and the caller must not report it as refused.
+func (s *store) create(ctx context.Context, key string, body []byte) (theirs *File, err error) {
+	var last error
+	for i := 0; ; i++ {
+		if i > 0 {
+			if serr := sleep(ctx, s.backoff(i-1)); serr != nil {
+				return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+		_, err := s.b.Put(actx, key, body, bucket.IfAbsent)
+		cancel()
+		if err == nil {
+			return nil, nil
+		}
+		if permanent(err) {
+			return nil, bucket.Wrap(err, "write %s", key)
+		}
+		last = err
+		// 412 (someone's bytes are there) or an unknown outcome: read back.
+		got, found, rerr := s.get(ctx, key)
+		switch {
+		case rerr != nil:
+			last = rerr
+			if permanent(rerr) {
+				return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
+			}
+			continue
+		case !found:
+			// Not there: the write did not land (yet). Same bytes again.
+			s.cfg.logger.Debug("slot write did not land; retrying", "key", key, "err", err)
+			continue
+		case bytes.Equal(got, body):
+			return nil, nil
+		}
+		f, derr := Decode(key, got)
+		if derr != nil {
+			return nil, derr
+		}
+		return f, nil
+	}
+}
