@@ -126,14 +126,15 @@ func waitHTTP(t *testing.T, url string, limit time.Duration) {
 
 // e2eCluster is one `deed fakes3` store and the environment to use it.
 type e2eCluster struct {
-	env []string
+	store *proc
+	env   []string
 }
 
 func newE2ECluster(t *testing.T) *e2eCluster {
 	t.Helper()
 	s3 := freeAddr(t)
-	startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e")
-	c := &e2eCluster{env: []string{
+	p := startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e")
+	c := &e2eCluster{store: p, env: []string{
 		"DEED_BUCKET=s3://e2e/test", "DEED_ENDPOINT=http://" + s3,
 		"AWS_ACCESS_KEY_ID=deed", "AWS_SECRET_ACCESS_KEY=deed", "AWS_REGION=us-east-1",
 	}}
@@ -309,4 +310,27 @@ func TestE2EBadCellNameWritesNothing(t *testing.T) {
 
 func b64(s string) string {
 	return base64Encode(s)
+}
+
+// With --fence-exit, a daemon that cannot renew its node lease exits with
+// status 3 (DEED-E025) instead of lingering, for supervisors to restart.
+func TestE2EFenceExit(t *testing.T) {
+	c := newE2ECluster(t)
+	pa, a := c.daemon(t, "node-a", "--fence-exit")
+	if st, body := post(t, a+"/v1/cells/f/append", "x"); st != 200 {
+		t.Fatal(body)
+	}
+	c.store.signal(t, syscall.SIGKILL) // the store goes away: no renewal can succeed
+	start := time.Now()
+	if code := pa.wait(t, 20*time.Second); code != 3 {
+		t.Fatalf("fenced daemon exited %d, want 3", code)
+	}
+	// Fence at TTL−margin after the last good renewal, then up to one TTL
+	// spent trying to seal the dropped cells' logs before exiting.
+	if took := time.Since(start); took > 2*2*time.Second+time.Second {
+		t.Fatalf("exited %v after the store died; want within about 2×TTL (TTL 2s)", took)
+	}
+	if !strings.Contains(pa.out.String(), string(bucket.CodeNodeFenced)) {
+		t.Fatalf("exit message lacks %s:\n%s", bucket.CodeNodeFenced, pa.out.String())
+	}
 }
