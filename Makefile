@@ -1,6 +1,8 @@
 # deed: build, test, lint. Targets:
 #   make build    bin/deed
-#   make test     unit + in-process S3 tests, with the race detector
+#   make test     unit + in-process S3 tests, with the race detector (the
+#                 simulation runs 200 seeds; its broken variants must be caught)
+#   make sim      more seeds of the simulation: make sim SEEDS=5000 [SEEDBASE=1]
 #   make test-s3  the same, plus every S3 table against versitygw (installed on first use)
 #   make lint     gofmt + go vet
 #   make bench    benchmarks only
@@ -20,13 +22,24 @@ VERSITYGW := $(abspath $(CACHE))/versitygw
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-s3 versitygw lint bench run clean
+.PHONY: build test test-s3 versitygw lint bench run clean sim
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
 
+# The second line builds the deliberately broken protocol variants (the
+# deedbroken tag: never in a release build) and checks that the
+# simulation's checkers catch every one of them.
 test:
 	$(GO) test -race ./...
+	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation
+
+# sim: SEEDS seeds of the simulation from SEEDBASE on; a failing seed prints
+# the command that replays it.
+SEEDS ?= 1000
+SEEDBASE ?= 1
+sim:
+	$(GO) test -race -count=1 -timeout 0 ./replication/simulation -run '^TestSimulation$$' -seeds=$(SEEDS) -seedbase=$(SEEDBASE)
 
 # versitygw is installed only when missing or a different version; the tests
 # (fakes3/s3test) start it on 127.0.0.1 with a posix backend in a temp dir

@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +116,7 @@ type Mem struct {
 	matchMu     sync.Mutex // serialises Rule.Match calls; never held with mu
 	mu          sync.Mutex
 	objs        map[string]memObj
+	keys        keyIndex // the keys of objs in order, for LIST
 	rules       []*Rule
 	counts      Counts
 	partitioned map[string]bool
@@ -195,7 +195,24 @@ func (m *Mem) Bytes(key string) ([]byte, bool) {
 func (m *Mem) Set(key string, body []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.objs[key] = memObj{body: append([]byte(nil), body...), etag: etagOf(body), mod: time.Now()}
+	m.store(key, memObj{body: append([]byte(nil), body...), etag: etagOf(body), mod: time.Now()})
+}
+
+// store sets objs[key] and keeps the key index in step; m.mu must be held.
+func (m *Mem) store(key string, o memObj) {
+	if _, ok := m.objs[key]; !ok {
+		m.keys.insert(key)
+	}
+	m.objs[key] = o
+}
+
+// remove deletes objs[key] and keeps the key index in step; m.mu must be held.
+func (m *Mem) remove(key string) {
+	if _, ok := m.objs[key]; !ok {
+		return
+	}
+	delete(m.objs, key)
+	m.keys.remove(key)
 }
 
 // Keys lists every key under prefix, sorted, bypassing faults and counters.
@@ -203,12 +220,13 @@ func (m *Mem) Keys(prefix string) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var keys []string
-	for k := range m.objs {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
+	m.keys.ascend(prefix, func(k string) bool {
+		if !strings.HasPrefix(k, prefix) {
+			return false
 		}
-	}
-	sort.Strings(keys)
+		keys = append(keys, k)
+		return true
+	})
 	return keys
 }
 
@@ -416,7 +434,7 @@ func (m *Mem) put(ctx context.Context, client, key string, body []byte, cond buc
 		}
 	}
 	etag := etagOf(body)
-	m.objs[key] = memObj{body: append([]byte(nil), body...), etag: etag, mod: time.Now()}
+	m.store(key, memObj{body: append([]byte(nil), body...), etag: etag, mod: time.Now()})
 	m.mu.Unlock()
 	if err := p.end(OpPut, key, cond); err != nil {
 		return "", err
@@ -441,7 +459,7 @@ func (m *Mem) del(ctx context.Context, client, key string, cond bucket.Condition
 			return bucket.Classify("delete", key, cond, 412, "PreconditionFailed", nil)
 		}
 	}
-	delete(m.objs, key)
+	m.remove(key)
 	m.mu.Unlock()
 	return p.end(OpDelete, key, cond)
 }
@@ -460,18 +478,19 @@ func (m *Mem) list(ctx context.Context, client string, in bucket.ListInput) (buc
 		after = in.Token
 	}
 	m.mu.Lock()
-	keys := make([]string, 0, len(m.objs))
-	for k := range m.objs {
-		if strings.HasPrefix(k, in.Prefix) && k > after {
-			keys = append(keys, k)
-		}
+	// The keys after the token (or StartAfter) under the prefix, in order.
+	from := in.Prefix
+	if after >= from {
+		from = after + "\x00"
 	}
-	sort.Strings(keys)
 	var page bucket.ListPage
 	n := 0
 	last := ""
 	lastPrefix := ""
-	for _, k := range keys {
+	m.keys.ascend(from, func(k string) bool {
+		if !strings.HasPrefix(k, in.Prefix) {
+			return false
+		}
 		cp := ""
 		if in.Delimiter != "" {
 			if i := strings.Index(k[len(in.Prefix):], in.Delimiter); i >= 0 {
@@ -482,11 +501,11 @@ func (m *Mem) list(ctx context.Context, client string, in bucket.ListInput) (buc
 			// Still inside a common prefix already returned: skip it whole,
 			// so the next page's token starts after it.
 			last = k
-			continue
+			return true
 		}
 		if n == max {
 			page.NextToken = last
-			break
+			return false
 		}
 		if cp != "" {
 			page.Prefixes = append(page.Prefixes, cp)
@@ -497,7 +516,8 @@ func (m *Mem) list(ctx context.Context, client string, in bucket.ListInput) (buc
 		}
 		n++
 		last = k
-	}
+		return true
+	})
 	m.mu.Unlock()
 	if err := p.end(OpList, in.Prefix, bucket.None); err != nil {
 		return bucket.ListPage{}, err

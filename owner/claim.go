@@ -82,6 +82,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		if err != nil {
 			return nil, "", bucket.Wrap(err, "claim %s", cell)
 		}
+		// Liveness is judged as of now, before the owner's lease is read:
+		// an answer describes the lease when the store served it, and the
+		// owner may have renewed while a slow answer travelled back.
+		now := time.Now()
 		var owner Observation
 		if cur.Exists && !cur.Corrupt && !cur.Record.Released() && cur.Record.Node != n.cfg.Name {
 			if owner, err = n.obs.Observe(ctx, cur.Record.Node); err != nil {
@@ -93,14 +97,17 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 				return nil, "", bucket.Wrap(err, "claim %s", cell)
 			}
 		}
-		d := Decide(cur, n.cfg.Name, owner, time.Now(), p, opts.Force)
+		if brokenWallClockDeath {
+			owner = judgeByWallClock(owner, now, n.cfg.WallClock())
+		}
+		d := Decide(cur, n.cfg.Name, owner, now, p, opts.Force)
 		switch d.Action {
 		case RefuseCorrupt:
 			return nil, d.Reason, bucket.Wrap(cur.parseErr(key), "claim %s", cell)
 		case Refuse:
 			return nil, d.Reason, &HeldError{Cell: cell, Owner: cur.Record.Node, Addr: owner.Addr, Epoch: cur.Record.Epoch}
 		}
-		rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli()}
+		rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
 		body := rec.marshal()
 		cond := bucket.IfAbsent
 		if cur.Exists {
@@ -195,7 +202,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 // releaseLease writes {node:"", epoch} with If-Match on the claim's ETag.
 func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	key := CellKey(l.cell)
-	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli()}
+	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
 	_, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
 	switch {
 	case err == nil:
@@ -203,14 +210,16 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 		l.Supersede(fmt.Errorf("own.json changed since the claim"))
 		return l.Err()
 	default:
-		applied, _, rerr := n.reconcile(ctx, key, rec)
+		applied, got, rerr := n.reconcile(ctx, key, rec)
 		if rerr != nil {
 			return bucket.Errorf(bucket.CodeAmbiguous, "release %s: outcome unknown: %v (read back: %w)", l.cell, err, rerr)
 		}
 		if !applied {
-			// Either it did not land (the record is still ours: the lease
-			// stays valid, the caller may retry) or someone took over.
-			if cur, etag, rerr := n.read(ctx, l.cell); rerr == nil && bucket.SameETag(etag, l.etag) && cur.Exists {
+			// Either it did not land (the record reconcile read is still
+			// the claim's: the lease stays valid, the caller may retry) or
+			// someone took over. No second read: its failure would be
+			// mistaken for a takeover.
+			if bucket.SameETag(got, l.etag) {
 				return bucket.Wrap(err, "release %s", l.cell)
 			}
 			l.Supersede(fmt.Errorf("own.json changed since the claim"))

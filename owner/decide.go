@@ -106,6 +106,8 @@ type Observation struct {
 	// TTL the node advertises in its lease (ttl_ms). It is a duration, not
 	// a timestamp, so using it compares no clocks.
 	TTL time.Duration
+
+	atMS int64 // the lease's at_ms; read only by a deliberately broken rule (broken.go)
 }
 
 // Alive is client-go's rule: a node is dead when its lease is missing,

@@ -23,10 +23,11 @@ type Lease struct {
 	etag  string // own.json's ETag as written by the claim
 	rel   releaser
 
-	once sync.Once
-	mu   sync.Mutex
-	done chan struct{}
-	err  error
+	once  sync.Once
+	mu    sync.Mutex
+	done  chan struct{}
+	err   error
+	after []func() // registered by AfterEnd; started when the lease ends
 }
 
 // releaser writes the released record; implemented by *Node.
@@ -91,12 +92,34 @@ func (l *Lease) end(err error) {
 	l.once.Do(func() {
 		l.mu.Lock()
 		l.err = err
+		after := l.after
+		l.after = nil
 		l.mu.Unlock()
 		close(l.done)
 		if l.rel != nil {
 			l.rel.forget(l)
 		}
+		for _, f := range after {
+			go f()
+		}
 	})
+}
+
+// AfterEnd arranges for f to run in its own goroutine once the lease has
+// ended, for whatever reason (at once if it already has), like
+// context.AfterFunc. A holder of many leases learns of each end this way
+// without keeping a goroutine per lease blocked on Done.
+func (l *Lease) AfterEnd(f func()) {
+	if l != nil && l.done != nil {
+		l.mu.Lock()
+		if l.err == nil {
+			l.after = append(l.after, f)
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+	}
+	go f()
 }
 
 // Release writes the released record (If-Match on the claim's ETag) and ends

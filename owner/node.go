@@ -35,6 +35,11 @@ type Config struct {
 	ClaimAttempts int
 	// Hooks lets tests and metrics observe lifecycle events. Optional.
 	Hooks Hooks
+	// WallClock stamps at_ms in the ownership records and node leases this
+	// node writes (default time.Now). at_ms is for people reading the
+	// bucket: liveness never reads it, so a wrong wall clock cannot make a
+	// peer call this node dead. The simulation skews it to check that.
+	WallClock func() time.Time
 }
 
 // Hooks are optional callbacks; they must not block.
@@ -96,6 +101,9 @@ func NewNode(b bucket.Bucket, cfg Config) (*Node, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.WallClock == nil {
+		cfg.WallClock = time.Now
 	}
 	return &Node{
 		b:           b,
@@ -166,6 +174,7 @@ func (n *Node) Open(ctx context.Context) error {
 	if err != nil {
 		return bucket.Wrap(err, "open node %s", n.cfg.Name)
 	}
+	n.observeSelf()
 	if err := n.obs.Refresh(ctx); err != nil {
 		n.log.Warn("initial peer observation failed", "err", err)
 	}
@@ -251,7 +260,7 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 // nodeRecord builds the lease body; n.mu must be held.
 func (n *Node) nodeRecord(released bool) NodeRecord {
 	return NodeRecord{Node: n.cfg.Name, Incarnation: n.incarnation, Addr: n.cfg.Addr,
-		TTLMS: n.cfg.TTL.Milliseconds(), Seq: n.seq, AtMS: time.Now().UnixMilli(), Released: released}
+		TTLMS: n.cfg.TTL.Milliseconds(), Seq: n.seq, AtMS: n.cfg.WallClock().UnixMilli(), Released: released}
 }
 
 // loop renews the node lease every TTL/3, refreshes peer observations, and
@@ -295,7 +304,14 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 			lastSend = sent
 			next = sent.Add(interval)
 			backoff = p.TTL / 50
-			if err := n.obs.Refresh(ctx); err != nil && ctx.Err() == nil {
+			n.observeSelf()
+			// Observing peers must never hold up the next renewal, nor
+			// the fence check before it: a slow store would otherwise
+			// keep this node acting past its deadline.
+			octx, ocancel := context.WithDeadline(ctx, next)
+			err := n.obs.Refresh(octx)
+			ocancel()
+			if err != nil && ctx.Err() == nil {
 				n.log.Warn("peer observation failed", "err", err)
 			}
 		case "replaced", "deleted":
@@ -312,6 +328,17 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 			backoff = min(backoff*2, interval/2)
 		}
 	}
+}
+
+// observeSelf records this node's own lease, as just written, in its
+// observer, so that the Refresh after each renewal finds the ETag it
+// expects and does not GET the lease this node wrote itself.
+func (n *Node) observeSelf() {
+	n.mu.Lock()
+	etag := n.etag
+	n.mu.Unlock()
+	n.obs.record(Observation{Node: n.cfg.Name, Exists: true, ETag: etag, Addr: n.cfg.Addr,
+		Incarnation: n.incarnation, TTL: n.cfg.TTL}, time.Now())
 }
 
 // renew writes the next lease version with If-Match on the last ETag.
@@ -407,6 +434,22 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// Stop acting as owner — every lease not released ends — before the
+	// node stops renewing its lease and before it marks it released: from
+	// either moment on, peers may call it dead.
+	n.mu.Lock()
+	var unreleased []*Lease
+	if n.ferr == nil {
+		n.ferr = bucket.Errorf(bucket.CodeNodeFenced, "node fenced (closed): %s", n.cfg.Name)
+		unreleased = n.takeHeld()
+		close(n.fenced)
+	}
+	ferr := n.ferr
+	n.mu.Unlock()
+	// Not under n.mu: ending a lease calls back into forget, which takes it.
+	for _, l := range unreleased {
+		l.end(ferr)
+	}
 	if n.cancel != nil {
 		n.cancel()
 	}
@@ -416,15 +459,6 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	n.mu.Lock()
-	if n.ferr == nil {
-		n.ferr = bucket.Errorf(bucket.CodeNodeFenced, "node fenced (closed): %s", n.cfg.Name)
-		for _, l := range n.takeHeld() {
-			l.end(n.ferr)
-		}
-		close(n.fenced)
-	}
-	n.mu.Unlock()
 	n.log.Info("node closed", "released_cells", len(leases))
 	return errors.Join(errs...)
 }

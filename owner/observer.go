@@ -70,11 +70,17 @@ func (o *Observer) Refresh(ctx context.Context) error {
 // this observer has no fresh view of it (never observed, or no Refresh
 // within TTL/3). A one-shot CLI claim therefore starts its observation at
 // its first look and must wait out TTL+margin before calling a node dead.
+//
+// A fresh view is trusted only to say the node is alive. One that says it
+// is dead is read again: the view may predate the very record the caller
+// is judging (a node restarted since the last Refresh, re-acquired its
+// lease and claimed the cell), so a takeover always rests on a read made
+// after the caller read that record.
 func (o *Observer) Observe(ctx context.Context, node string) (Observation, error) {
 	now := time.Now()
 	o.mu.Lock()
 	ob, had := o.obs[node]
-	fresh := had && now.Sub(o.refreshed) <= o.p.TTL/3
+	fresh := had && now.Sub(o.refreshed) <= o.p.TTL/3 && Alive(ob, now, o.p)
 	o.mu.Unlock()
 	if fresh {
 		return ob, nil
@@ -103,10 +109,18 @@ func (o *Observer) fetch(ctx context.Context, node string, now time.Time) error 
 	if perr == nil {
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
 		ob.TTL = time.Duration(rec.TTLMS) * time.Millisecond
+		if brokenWallClockDeath {
+			ob.atMS = rec.AtMS
+		}
 	}
 	// A lease that does not parse still changes ETag while its writer
 	// renews it, so it is judged by ETag alone like any other.
-	o.record(ob, now)
+	//
+	// A version seen for the first time is stamped when the answer came
+	// back, never earlier (not at now, which may precede the GET): a slow
+	// GET may return a renewal sent after it left, and an observation must
+	// never begin before the renewal it shows was sent.
+	o.record(ob, time.Now())
 	return nil
 }
 

@@ -71,11 +71,14 @@ func checkPos(key string, f *File, c cursor) error {
 // walk reads the chain from c in slot order, calling visit for every record
 // file, until a missing slot or visit returns false. It returns the cursor
 // where it stopped and whether that is the end of the chain. It needs no
-// LIST: every step is one GET of a known key.
+// LIST: every step is one GET of a known key, and within an epoch the next
+// keys are read ahead, several at once (see readAhead).
 func (s *store) walk(ctx context.Context, c cursor, visit func(key string, f *File) (bool, error)) (cursor, bool, error) {
+	ra := s.readAhead(ctx)
+	defer ra.close()
 	for {
 		key := SlotKey(s.cell, c.epoch, c.txid)
-		f, _, err := s.read(ctx, key)
+		f, err := ra.read(c)
 		if err != nil {
 			return c, false, err
 		}

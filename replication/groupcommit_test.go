@@ -95,35 +95,3 @@ func TestGroupCommitBounds(t *testing.T) {
 		}
 	})
 }
-
-// BenchmarkGroupCommit measures PUTs per acknowledged record with 64
-// concurrent appenders and 20 ms of (real) write latency.
-func BenchmarkGroupCommit(b *testing.B) {
-	const writers = 64
-	ctx := context.Background()
-	m := fakes3.NewMem()
-	m.Inject(fakes3.Rule{Op: fakes3.OpPut, KeyPrefix: replication.LogPrefix(cell), Latency: 20 * time.Millisecond})
-	la := claim(b, m, "a", false)
-	lg := open(b, m, la)
-	rec := make([]byte, 100)
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	before := m.Counts()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for w := 0; w < writers; w++ {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				if _, err := lg.Append(ctx, la, rec); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	puts := m.Counts().Sub(before).Put
-	b.ReportMetric(float64(puts)/float64(b.N), "puts/record")
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
-}

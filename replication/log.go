@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/owner"
@@ -31,18 +33,23 @@ type Log struct {
 	epoch uint64
 	start Head // the chain head when the log opened
 
-	ctx     context.Context // the writer's; cancelled by Close on timeout
-	cancel  context.CancelFunc
-	kick    chan struct{}
-	stopped chan struct{} // closed when the writer goroutine exits
+	// The writer goroutine runs only while there is something to commit:
+	// Append starts it when it is not running, and it exits once the queue
+	// has stayed empty for writerLinger, so an idle log holds no goroutine.
+	// These are set when it starts and cleared when it stops, under mu.
+	ctx     context.Context    // the running writer's; cancelled by Close on timeout
+	cancel  context.CancelFunc // cancels ctx
+	stopped chan struct{}      // closed when the running writer exits
+	kick    chan struct{}      // wakes a lingering writer: an append, or Close
 
 	mu       sync.Mutex
-	queue    []*pending
-	next     TxID // the next slot to write: every slot below it is durable
+	queue    []*pending // never empty while no writer runs
+	running  bool       // a writer goroutine is running
+	next     TxID       // the next slot to write: every slot below it is durable
 	nextPos  Pos
 	err      error // sticky: once set, every append fails with it
 	closing  bool
-	closed   chan struct{} // closed when Close finished
+	closed   chan struct{} // made by the first Close; closed when it finished
 	closeErr error
 	index    []indexEntry // (txid, first position) of files this log wrote
 }
@@ -84,7 +91,7 @@ var errClosed = errors.New("log closed")
 // If E itself was already fenced by a newer epoch, Open ends the lease as
 // superseded and returns DEED-E021. A zero, released or fenced lease is
 // refused with its code. One log may be open per lease; Close it (before
-// releasing the lease) to stop its writer goroutine and seal its chain.
+// releasing the lease) to drain its appends and seal its chain.
 func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Option) (*Log, error) {
 	if err := lease.Check(); err != nil {
 		return nil, err
@@ -95,12 +102,9 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 		return nil, bucket.Errorf(bucket.CodeBadRequest, "open log %s epoch %d: a log is already open on this lease", lease.Cell(), lease.Epoch())
 	}
 	l := &Log{
-		s:       newStore(b, lease.Cell(), opts),
-		lease:   lease,
-		epoch:   lease.Epoch(),
-		kick:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
-		closed:  make(chan struct{}),
+		s:     newStore(b, lease.Cell(), opts),
+		lease: lease,
+		epoch: lease.Epoch(),
 	}
 	openLogs[lease] = l
 	openMu.Unlock()
@@ -111,8 +115,6 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 		return nil, bucket.Wrap(err, "open log %s epoch %d", lease.Cell(), lease.Epoch())
 	}
 	l.start, l.next, l.nextPos = h, h.Next, h.NextPos
-	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	go l.run()
 	l.s.cfg.logger.Info("log opened", "cell", lease.Cell(), "epoch", l.epoch, "next", uint64(h.Next), "next_pos", uint64(h.NextPos))
 	return l, nil
 }
@@ -175,7 +177,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor) (Head, error) {
 			if c.data {
 				kind = KindSeal
 			}
-			if kind == KindTombstone && variant == variantNoTombstones {
+			if brokenNoSeal || kind == KindTombstone && variant == variantNoTombstones {
 				c = cursor{epoch: c.epoch + 1, txid: c.txid, pos: c.pos}
 				continue
 			}
@@ -285,11 +287,12 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, errClosed)
 	}
 	l.queue = append(l.queue, p)
-	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
+	if l.running {
+		l.kickLocked()
+	} else {
+		l.startLocked()
 	}
+	l.mu.Unlock()
 	select {
 	case o := <-p.done:
 		return o.res, o.err
@@ -315,37 +318,108 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 	return Result{}, bucket.Errorf(bucket.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
 }
 
-// run is the writer: one goroutine per log, one PUT in flight, slots in
-// strict order.
+// startLocked starts the writer goroutine; l.mu must be held. Its context
+// carries none of Open's or Append's values: it outlives both.
+func (l *Log) startLocked() {
+	l.running = true
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.stopped = make(chan struct{})
+	l.kick = make(chan struct{}, 1)
+	go l.run()
+}
+
+// kickLocked wakes the writer if it lingers; l.mu must be held.
+func (l *Log) kickLocked() {
+	if l.kick != nil {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// stopLocked marks the writer stopped as it exits; l.mu must be held.
+func (l *Log) stopLocked() {
+	l.cancel()
+	close(l.stopped)
+	l.running, l.ctx, l.cancel, l.stopped, l.kick = false, nil, nil, nil, nil
+	l.queue = nil // drop the backing array: an idle log keeps nothing
+}
+
+// writerLinger is how long a writer with nothing to commit waits for the
+// next append before it exits. A new writer costs a goroutine start and a
+// stack to grow; a client that appends one record at a time comes back
+// well within this, so it keeps one warm writer, while a cell that goes
+// idle frees its goroutine almost at once.
+const writerLinger = 2 * time.Millisecond
+
+// run is the writer: at most one goroutine per log at a time, one PUT in
+// flight, slots in strict order. It exits once the queue has stayed empty
+// for writerLinger, when the log is closing, or when the log failed; the
+// next Append starts a new one.
 func (l *Log) run() {
-	defer close(l.stopped)
+	growStack()
+	lingered := false
 	for {
 		l.mu.Lock()
 		if l.err != nil {
 			q := l.queue
-			l.queue = nil
 			err := l.err
+			l.stopLocked()
 			l.mu.Unlock()
 			fail(q, err)
 			return
 		}
 		if len(l.queue) == 0 {
-			closing := l.closing
-			l.mu.Unlock()
-			if closing {
+			if lingered || l.closing {
+				l.stopLocked()
+				l.mu.Unlock()
 				return
 			}
+			kick, ctx := l.kick, l.ctx
+			l.mu.Unlock()
+			t := time.NewTimer(writerLinger)
 			select {
-			case <-l.kick:
-			case <-l.ctx.Done():
-				l.setErr(bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, errClosed))
+			case <-kick:
+			case <-t.C:
+				lingered = true
+			case <-ctx.Done():
+				lingered = true
 			}
+			t.Stop()
 			continue
 		}
+		lingered = false
 		batch := l.takeLocked()
 		txid, pos := l.next, l.nextPos
 		l.mu.Unlock()
 		l.commit(batch, txid, pos)
+		l.settle(len(batch))
+	}
+}
+
+// maxSettleYields bounds how often settle yields after one commit.
+const maxSettleYields = 16
+
+// settle gives the appenders a commit has just acknowledged the chance to
+// queue their next records before the writer takes its next batch. Without
+// it the first of them to run is taken alone, and the others wait behind
+// that PUT for a whole round trip: under a closed loop of N appenders the
+// batches alternate between 1 and N−1 records, halving the cell's
+// throughput. It only yields the processor (no timer, no sleep) and only
+// while the queue is shorter than the last batch and still growing, so an
+// append that arrives alone is never delayed by more than a yield.
+func (l *Log) settle(last int) {
+	prev := -1
+	for range maxSettleYields {
+		l.mu.Lock()
+		n := len(l.queue)
+		l.mu.Unlock()
+		if n >= last || n == prev {
+			return
+		}
+		prev = n
+		runtime.Gosched()
 	}
 }
 
@@ -363,7 +437,9 @@ func (l *Log) takeLocked() []*pending {
 	}
 	batch := make([]*pending, n)
 	copy(batch, l.queue[:n])
-	l.queue = append(l.queue[:0], l.queue[n:]...)
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:]) // no stale pointers to settled appends
+	l.queue = l.queue[:rest]
 	for _, p := range batch {
 		p.taken = true
 	}
@@ -403,6 +479,9 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 		// Nothing was sent; only this batch fails.
 		fail(batch, err)
 		return
+	}
+	if brokenEarlyAck {
+		batch = ackEarly(batch, l.epoch, txid, pos)
 	}
 	theirs, err := l.s.create(l.ctx, key, body)
 	if err == nil && theirs != nil {
@@ -444,20 +523,19 @@ func (l *Log) fenced(key string, theirs *File) error {
 func (l *Log) Close(ctx context.Context) error {
 	l.mu.Lock()
 	if l.closing {
+		closed := l.closed
 		l.mu.Unlock()
 		select {
-		case <-l.closed:
+		case <-closed:
 			return l.closeErr
 		case <-ctx.Done():
 			return fmt.Errorf("close log %s: %w", l.s.cell, ctx.Err())
 		}
 	}
 	l.closing = true
+	l.closed = make(chan struct{})
+	l.kickLocked()
 	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
 	err := l.close(ctx)
 	l.mu.Lock()
 	l.closeErr = err
@@ -468,13 +546,19 @@ func (l *Log) Close(ctx context.Context) error {
 }
 
 func (l *Log) close(ctx context.Context) error {
-	defer l.cancel()
-	select {
-	case <-l.stopped:
-	case <-ctx.Done():
-		l.cancel()
-		<-l.stopped
-		return bucket.Wrap(bucket.Errorf(bucket.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
+	// Closing stops new appends, so once the writer (if one runs) has
+	// drained the queue and exited, none starts again.
+	l.mu.Lock()
+	stopped, cancel := l.stopped, l.cancel
+	l.mu.Unlock()
+	if stopped != nil {
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			cancel()
+			<-stopped
+			return bucket.Wrap(bucket.Errorf(bucket.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
+		}
 	}
 	l.mu.Lock()
 	werr, next, pos := l.err, l.next, l.nextPos

@@ -256,6 +256,9 @@ func (s *store) create(ctx context.Context, key string, body []byte) (theirs *Fi
 		if permanent(err) {
 			return nil, bucket.Wrap(err, "write %s", key)
 		}
+		if brokenNoReadBack {
+			return s.trustTypedError(ctx, key, err)
+		}
 		last = err
 		// 412 (someone's bytes are there) or an unknown outcome: read back.
 		got, found, rerr := s.get(ctx, key)

@@ -240,8 +240,10 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*cell, e
 	}
 	c.lease, c.log = l, lg
 	d.m.cellsHeld.Set(float64(d.countHeld()))
+	// Every lease ends, at the latest when the node closes or fences, so
+	// leaseEnded always runs; no goroutine waits for it meanwhile.
 	d.wg.Add(1)
-	go d.watchLease(c, l)
+	l.AfterEnd(func() { d.leaseEnded(c, l) })
 	return c, nil
 }
 
@@ -257,11 +259,10 @@ func (d *daemon) dropIfEmpty(c *cell) {
 	d.mu.Unlock()
 }
 
-// watchLease forgets the cell when its lease ends (superseded, released,
-// node fenced) so the next request claims afresh.
-func (d *daemon) watchLease(c *cell, l *owner.Lease) {
+// leaseEnded forgets the cell when its lease has ended (superseded,
+// released, node fenced) so the next request claims afresh.
+func (d *daemon) leaseEnded(c *cell, l *owner.Lease) {
 	defer d.wg.Done()
-	<-l.Done()
 	c.mu.Lock()
 	if c.lease == l {
 		if c.log != nil {

@@ -69,6 +69,7 @@ var commands = []func(*config) *cobra.Command{
 	newAppendCmd,
 	newReadCmd,
 	newGCCmd,
+	newBenchCmd,
 }
 
 // Environment variables read by the persistent flags.

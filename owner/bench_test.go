@@ -1,0 +1,93 @@
+package owner_test
+
+// Benchmarks of claims against the limit S3 round trips set: a claim is
+// one GET of own.json and one conditional PUT, so at 20 ms per request it
+// takes 2 RTT. Run with `make bench`; see the README's "Performance and
+// cost".
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/fakes3/benchtest"
+	"github.com/deedkit/deed/owner"
+)
+
+// BenchmarkClaim claims cells one after the other, as a node that holds
+// its node lease and observes its peers (its renewal loop running):
+//
+//   - absent: cells never claimed (GET 404, PUT If-None-Match);
+//   - released: cells whose owner released them (GET, PUT If-Match);
+//   - dead-owner: cells held by a node whose lease this node has seen
+//     unchanged for longer than TTL+margin (GET, PUT If-Match: the peer
+//     LIST of the renewal loop already says the owner is dead, so the
+//     takeover reads nothing more).
+//
+// RTT/claim is the claim's latency over the RTT (limit 2); req/claim
+// counts the requests on cells/ keys. Both RTTs run in a synctest bubble,
+// so at rtt=0 ns/op is deed's CPU cost per claim (plus a little setup).
+func BenchmarkClaim(b *testing.B) {
+	for _, kind := range []string{"absent", "released", "dead-owner"} {
+		for _, rtt := range benchtest.RTTs {
+			b.Run(kind+"/"+benchtest.Name(rtt), func(b *testing.B) {
+				benchtest.Bubble(b, func(t *testing.T) { benchClaims(t, b, kind, rtt) })
+			})
+		}
+	}
+}
+
+func benchClaims(t *testing.T, b *testing.B, kind string, rtt time.Duration) {
+	ctx := context.Background()
+	m := fakes3.NewMem()
+	m.Inject(fakes3.Rule{Latency: rtt})
+	cells := make([]string, b.N)
+	for i := range cells {
+		cells[i] = fmt.Sprintf("cell-%d", i)
+		switch kind {
+		case "released":
+			m.Set(owner.CellKey(cells[i]), fmt.Appendf(nil, `{"node":"","epoch":1,"nonce":"%032x","at_ms":0}`, i))
+		case "dead-owner":
+			m.Set(owner.CellKey(cells[i]), fmt.Appendf(nil, `{"node":"gone","epoch":1,"nonce":"%032x","at_ms":0}`, i))
+		}
+	}
+	if kind == "dead-owner" {
+		// A node lease that is never renewed again: its owner crashed.
+		m.Set(owner.NodeKey("gone"), []byte(`{"node":"gone","incarnation":"1","addr":"http://gone","ttl_ms":10000,"seq":7,"at_ms":0}`))
+	}
+	counted := &benchtest.Counted{B: m, Prefix: "cells/"}
+	n, err := owner.NewNode(counted, owner.Config{Name: "me", Addr: "http://me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := n.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if kind == "dead-owner" {
+		p := n.Params()
+		time.Sleep(p.TTL + p.Margin + p.TTL/3) // the observer has seen "gone" unchanged long enough
+		if n.Observer().Alive("gone") {
+			t.Fatal("the crashed node still looks alive")
+		}
+	}
+	before := counted.Counts()
+	start := time.Now()
+	for _, cell := range cells {
+		if _, err := n.Claim(ctx, cell, owner.ClaimOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	c := counted.Counts().Sub(before)
+	b.ReportMetric(float64(c.Total())/float64(b.N), "req/claim")
+	if rtt > 0 {
+		b.ReportMetric(benchtest.Ratio(elapsed/time.Duration(b.N), rtt), "RTT/claim")
+	}
+}

@@ -1,0 +1,300 @@
+package owner_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/owner"
+)
+
+// Bugs the simulation (replication/simulation) found, each pinned here as
+// a deterministic test; its seeds are kept there too (TestRegressions).
+
+// Close used to end the leases it could not release while holding the
+// node's lock, and ending a lease takes that lock again: Close hung for
+// ever whenever a release failed. (Found by seed 408.)
+func TestCloseWithUnreleasableLeaseDoesNotHang(t *testing.T) {
+	m := fakes3.NewMem()
+	a := newNode(t, m.Client("a"), "a")
+	if err := a.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.Claim(t.Context(), "c", owner.ClaimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The release's PUT fails before it applies: the record is still ours,
+	// so the lease stays valid and Close must end it itself.
+	m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.CellKey("c"), Fault: fakes3.ErrBefore})
+	done := make(chan error, 1)
+	go func() { done <- a.Close(t.Context()) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Close reported no error for a release that failed")
+		}
+	case <-time.After(time.Minute): // a watchdog only: Close needs no time
+		t.Fatal("Close hung")
+	}
+	mustCode(t, l.Err(), bucket.CodeNodeFenced)
+	if _, held := a.Lease("c"); held {
+		t.Fatal("the closed node still holds the lease")
+	}
+}
+
+// A claimer used to trust a cached view of the owner's node lease (from a
+// Refresh less than TTL/3 old) to call the owner dead. But the view can
+// predate the record being judged: the owner's node restarted since that
+// Refresh, re-acquired its lease and claimed the cell, and the claimer,
+// reading the new record, took the cell over from a live node as
+// "owner-dead" — before that node had fenced itself. A view that says dead
+// must be read again. (Found by seeds 4714 and 4974.)
+func TestStaleViewOfRestartedOwnerIsReadAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		b := openNode(t, m, "b")
+		a1 := newNode(t, m.Client("a1"), "a")
+		if err := a1.Open(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := a1.Close(t.Context()); err != nil { // a clean stop: its node lease says released
+			t.Fatal(err)
+		}
+		// b's periodic Refresh (after its renewal) sees a released.
+		time.Sleep(ttl / 3)
+		synctest.Wait()
+		if b.Observer().Alive("a") {
+			t.Fatal("b should have seen a's lease released")
+		}
+		// a restarts at once and claims the cell before b refreshes again.
+		a2 := newNode(t, m.Client("a2"), "a")
+		if err := a2.Open(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer closeNode(a2)
+		la, err := a2.Claim(t.Context(), "c", owner.ClaimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.Claim(t.Context(), "c", owner.ClaimOptions{})
+		mustCode(t, err, bucket.CodeHeld)
+		if la.Err() != nil {
+			t.Fatalf("a's lease ended: %v", la.Err())
+		}
+	})
+}
+
+// The renewal loop used to refresh its view of the peers inline, without a
+// bound: a store slow to answer this node's GETs (a brownout) held the
+// loop in Refresh past the next renewal and past the fence deadline, which
+// is only checked between iterations. Peers called the node dead while it
+// still held its leases, and it fenced itself only when Refresh returned.
+// Observing peers must never hold up renewing. (Found by seed 5402.)
+func TestSlowPeerObservationDoesNotStallRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		var fenced atomic.Bool
+		a, _ := owner.NewNode(m.Client("a"), owner.Config{Name: "a", TTL: ttl, Margin: margin,
+			Hooks: owner.Hooks{Fence: func(string) { fenced.Store(true) }}})
+		if err := a.Open(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer closeNode(a)
+		// Three peers renew every TTL/3, so each Refresh of a's must GET
+		// three changed leases — each taking half a TTL to answer.
+		for _, p := range []string{"b", "c", "d"} {
+			openNode(t, m, p)
+		}
+		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpGet, Latency: ttl / 2})
+		obs := owner.NewObserver(m.Client("e"), a.Params())
+		for range 4 * ttl / (10 * time.Millisecond) {
+			if err := obs.Refresh(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if !obs.Alive("a") {
+				t.Fatalf("a was called dead (fenced itself first: %v) although every renewal it sent would have succeeded", fenced.Load())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if fenced.Load() || a.Err() != nil {
+			t.Fatalf("a fenced itself: %v", a.Err())
+		}
+	})
+}
+
+// An observer used to stamp the first sight of a lease version with the
+// time it sent the GET, not the time the answer came back. A slow GET can
+// return a renewal that was sent after the GET: the observation then began
+// before the renewal it shows, and the node was called dead up to that
+// GET's latency too early — before it had fenced itself. (Found by
+// reasoning about the simulation's slow-request faults, not by a seed.)
+func TestFirstSightIsStampedWhenTheAnswerArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		var fencedAt atomic.Int64
+		a, _ := owner.NewNode(m.Client("a"), owner.Config{Name: "a", TTL: ttl, Margin: margin,
+			Hooks: owner.Hooks{Fence: func(string) { fencedAt.Store(time.Now().UnixNano()) }}})
+		if err := a.Open(t.Context()); err != nil { // renews at TTL/3, 2TTL/3, …
+			t.Fatal(err)
+		}
+		defer closeNode(a)
+		start := time.Now()
+		// The observer's first GET takes half a TTL; a renews meanwhile.
+		m.Inject(fakes3.Rule{Client: "e", Op: fakes3.OpGet, Latency: ttl / 2, Times: 1})
+		obs := owner.NewObserver(m.Client("e"), a.Params())
+		time.Sleep(ttl / 6)
+		if _, err := obs.Observe(t.Context(), "a"); err != nil {
+			t.Fatal(err)
+		}
+		// From now on a cannot renew: it fences TTL−margin after its last
+		// good renewal, the one the slow GET returned.
+		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Fault: fakes3.ErrBefore})
+		for {
+			ob, err := obs.Observe(t.Context(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !owner.Alive(ob, time.Now(), a.Params()) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		deadAt := time.Since(start)
+		if f := fencedAt.Load(); f == 0 || time.Unix(0, f).Sub(start) >= deadAt {
+			t.Fatalf("a was called dead %v after the start, before it fenced itself", deadAt)
+		}
+	})
+}
+
+// slowReplies delays the answers to GETs of one key after the store has
+// served them: the answer describes the store as it was when it was sent.
+type slowReplies struct {
+	bucket.Bucket
+	key   string
+	delay atomic.Int64
+}
+
+func (s *slowReplies) Get(ctx context.Context, key string) (bucket.Object, error) {
+	obj, err := s.Bucket.Get(ctx, key)
+	if key == s.key {
+		time.Sleep(time.Duration(s.delay.Load()))
+	}
+	return obj, err
+}
+
+// A claimer used to judge the owner's liveness at the time the answer to
+// its GET of the owner's lease came back, not at the time the GET was
+// sent. A slow answer describes the lease as it was when it was served;
+// the owner may have renewed since. Judged at the later time, a version
+// that was current a moment ago looked unchanged for longer than it was,
+// and a live node that had just renewed was called dead. (Found by
+// reasoning about the simulation's slow-reply faults, not by a seed.)
+func TestLivenessIsJudgedWhenTheReadWasSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		a := openNode(t, m, "a") // renews at TTL/3, 2TTL/3, …
+		la, err := a.Claim(t.Context(), "c", owner.ClaimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		sb := &slowReplies{Bucket: m.Client("b"), key: owner.NodeKey("a")}
+		b := newNode(t, sb, "b") // never opened: it observes only when it claims
+		time.Sleep(ttl/3 + ttl/30)
+		if _, err := b.Observer().Observe(t.Context(), "a"); err != nil { // first sight of a's renewal at TTL/3
+			t.Fatal(err)
+		}
+		// a's renewals fail until just before its fence deadline; the one
+		// after succeeds in time, so a never fences.
+		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Fault: fakes3.ErrBefore,
+			Match: func(fakes3.Op, string) bool { return time.Since(start) < ttl/3+ttl-margin-ttl/10 }})
+		time.Sleep(ttl - margin - ttl/10 - ttl/30 - ttl/60)
+		// b reads a's lease just before that renewal; the answer arrives
+		// after TTL+margin since b first saw the version it shows.
+		sb.delay.Store(int64(ttl / 2))
+		_, err = b.Claim(t.Context(), "c", owner.ClaimOptions{})
+		if err == nil {
+			t.Fatalf("a live node was called dead (a fenced: %v)", a.Err())
+		}
+		mustCode(t, err, bucket.CodeHeld)
+		if a.Err() != nil || la.Err() != nil {
+			t.Fatalf("a fenced itself: %v", a.Err())
+		}
+	})
+}
+
+// A release whose PUT failed used to read the record a second time to tell
+// "did not land" from "someone took over", and took a failure of that read
+// for a takeover: the lease ended as superseded (DEED-E021) while the
+// record still named this node, so no peer could claim the cell while the
+// node lived, and the node itself believed it had lost it. The read-back
+// that settles the PUT already tells the two apart. (Found by seed
+// 1007280.)
+func TestReleaseReadFailureIsNotATakeover(t *testing.T) {
+	m := fakes3.NewMem()
+	a := newNode(t, m.Client("a"), "a")
+	l, err := a.Claim(t.Context(), "c", owner.ClaimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := owner.CellKey("c")
+	m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: key, Fault: fakes3.ErrBefore, Times: 1})
+	m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpGet, Key: key, Fault: fakes3.SlowDown, Skip: 1, Times: 1})
+	err = l.Release(t.Context())
+	if err == nil || bucket.CodeOf(err) == bucket.CodeSuperseded {
+		t.Fatalf("release that did not land: got %v, want a retryable error", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("the lease ended although the record is still its own: %v", l.Err())
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("retried release: %v", err)
+	}
+	if r := record(t, m, "c"); !r.Released() {
+		t.Fatalf("record %+v", r)
+	}
+}
+
+// Close used to stop renewing the node lease first and end the leases it
+// could not release last, after releasing the node lease. With a slow
+// store in between, the node kept its leases after its lease had gone
+// stale, and a peer took its cells over as owner-dead before it had
+// stopped acting. (Found by seed 1007280.)
+func TestCloseStopsActingBeforeItStopsRenewing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		a := newNode(t, m.Client("a"), "a")
+		if err := a.Open(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		l, err := a.Claim(t.Context(), "c", owner.ClaimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := owner.NewObserver(m.Client("b"), a.Params())
+		if err := obs.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// The cell's release fails; the node lease's release hangs.
+		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.CellKey("c"), Fault: fakes3.ErrBefore})
+		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.NodeKey("a"), Latency: 2 * ttl})
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Close(t.Context()) }()
+		for obs.Alive("a") {
+			time.Sleep(10 * time.Millisecond)
+			if err := obs.Refresh(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l.Err() == nil {
+			t.Fatal("a peer may call a dead while its lease is still valid")
+		}
+		mustCode(t, l.Err(), bucket.CodeNodeFenced)
+		<-done
+	})
+}

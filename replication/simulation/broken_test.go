@@ -1,0 +1,134 @@
+//go:build deedbroken
+
+package simulation
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
+)
+
+// The broken variants. Each test switches one deliberately broken rule on
+// (possible only in a build with the deedbroken tag) and asserts that the
+// checkers find a broken promise within a bounded number of seeds: a
+// checker that stays green against a broken protocol is a broken checker.
+//
+//	go test -tags deedbroken ./replication/simulation -run Broken -v
+//	go test -tags deedbroken ./replication/simulation -run Broken -brokenrate -v   # catch rates
+//	go test -tags deedbroken ./replication/simulation -run '^TestBrokenEarlyAck$' -seed=4 -v
+
+// maxBrokenSeeds bounds the search for each variant. Each is caught far
+// sooner (see the logs); the bound only keeps a regression from hanging.
+const maxBrokenSeeds = 200
+
+var brokenRate = flag.Bool("brokenrate", false, "run all the seeds of each broken variant and log how many catch it")
+
+// catch runs seeds 1, 2, … with the broken rule switched on until the
+// checkers object, and fails if they never do. want, when set, must be a
+// substring of one of the violations: the variant must be caught for the
+// right reason.
+//
+// With -seed it runs that seed only, reports what it found, and fails
+// nothing: it is how a caught seed is replayed.
+func catch(t *testing.T, set func(bool) func(), retries int, want string) (seed uint64) {
+	t.Helper()
+	restore := set(true)
+	defer restore()
+	if *seedFlag >= 0 {
+		r := simulate(t, uint64(*seedFlag), retries)
+		t.Logf("seed %d (%s): %d broken promise(s):\n  %s\nschedule:\n%s\ntrace:\n%s",
+			r.seed, r.stats, len(r.violations), strings.Join(r.violations, "\n  "), r.schedule, r.trace)
+		return r.seed
+	}
+	if *brokenRate {
+		caught := 0
+		for seed := uint64(1); seed <= maxBrokenSeeds; seed++ {
+			if r := simulate(t, seed, retries); len(r.violations) > 0 {
+				caught++
+			}
+		}
+		t.Logf("caught by %d of %d seeds", caught, maxBrokenSeeds)
+	}
+	for seed := uint64(1); seed <= maxBrokenSeeds; seed++ {
+		r := simulate(t, seed, retries)
+		if len(r.violations) == 0 {
+			continue
+		}
+		t.Logf("caught at seed %d (%s):\n  %s", seed, r.stats, strings.Join(r.violations, "\n  "))
+		if want != "" && !strings.Contains(strings.Join(r.violations, "\n"), want) {
+			t.Errorf("seed %d: caught, but not for %q", seed, want)
+		}
+		return seed
+	}
+	t.Fatalf("the checkers found nothing in %d seeds of a broken protocol", maxBrokenSeeds)
+	return 0
+}
+
+// (a) A new owner starts its chain without sealing or tombstoning its
+// predecessors: the restore rule stops at the predecessor's open end, so
+// the new owner's acknowledged records are lost, and a stale owner can go
+// on writing.
+func TestBrokenNoSealOnTakeover(t *testing.T) {
+	catch(t, replication.SetBrokenNoSeal, 0, "not in the final log")
+}
+
+// (b) Conditional writes retried by the client. Neither half alone breaks
+// a promise; together they do:
+//
+//   - a client that retries a conditional write after an ambiguous error
+//     (a lost response) collides with its own first attempt and reports
+//     412. deed answers every 412 and every ambiguous outcome on a slot by
+//     reading the slot back — its own bytes there mean the write landed —
+//     so the sound protocol only pays availability (a renewal answered by
+//     such a 412 fences the node; a claim bumps one more epoch);
+//   - a protocol that does not read back, but takes the typed error at its
+//     word, is still correct behind a client that does not retry: the
+//     ambiguous error reaches it as ambiguous, and the append is reported
+//     as an unknown outcome (DEED-E012);
+//   - both together: the retry turns "maybe landed" into a false 412, the
+//     protocol trusts it as "someone else's file holds my slot", and the
+//     append is refused (DEED-E024) although it is in the log — a refused
+//     record that every later read shows.
+func TestBrokenClientRetries(t *testing.T) {
+	const retries = 2
+	seed := catch(t, replication.SetBrokenNoReadBack, retries, "refused record")
+	first := uint64(1)
+	if *seedFlag >= 0 {
+		first = seed
+	}
+	t.Run("client retries, sound protocol", func(t *testing.T) {
+		for s := first; s <= seed; s++ {
+			if r := simulate(t, s, retries); len(r.violations) > 0 {
+				report(t, r, replay("TestSimulation", s, "", fmt.Sprintf(" -clientretries=%d", retries)))
+			}
+		}
+	})
+	t.Run("no read-back, client does not retry", func(t *testing.T) {
+		restore := replication.SetBrokenNoReadBack(true)
+		defer restore()
+		for s := first; s <= seed; s++ {
+			if r := simulate(t, s, 0); len(r.violations) > 0 {
+				report(t, r, replay("TestBrokenClientRetries", s, "deedbroken", ""))
+			}
+		}
+	})
+}
+
+// (c) Death judged by comparing wall clocks: a claimer calls a node dead
+// when its lease's at_ms + TTL is older than the claimer's own wall clock.
+// A node whose clock runs hours behind looks dead while it renews on time,
+// and its cells are taken over before it fences itself. The data stays
+// safe (the seals see to that); the liveness-safety invariant catches it.
+func TestBrokenWallClockDeath(t *testing.T) {
+	catch(t, owner.SetBrokenWallClockDeath, 0, "liveness")
+}
+
+// (d) Appends acknowledged before their PUT returns: a write that then
+// meets a seal, or never lands, was acknowledged and is lost.
+func TestBrokenEarlyAck(t *testing.T) {
+	catch(t, replication.SetBrokenEarlyAck, 0, "not in the final log")
+}
