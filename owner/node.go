@@ -341,14 +341,19 @@ func (n *Node) observeSelf() {
 		Incarnation: n.incarnation, TTL: n.cfg.TTL}, time.Now())
 }
 
+// nextLeaseVersion bumps the sequence number and returns the next node-lease
+// body with the ETag it must replace (If-Match).
+func (n *Node) nextLeaseVersion(released bool) (body []byte, etag string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.seq++
+	return n.nodeRecord(released).marshal(), n.etag
+}
+
 // renew writes the next lease version with If-Match on the last ETag.
 func (n *Node) renew(ctx context.Context) (string, error) {
 	key := NodeKey(n.cfg.Name)
-	n.mu.Lock()
-	n.seq++
-	body := n.nodeRecord(false).marshal()
-	etag := n.etag
-	n.mu.Unlock()
+	body, etag := n.nextLeaseVersion(false)
 	newETag, err := n.b.Put(ctx, key, body, bucket.IfMatch(etag))
 	switch {
 	case err == nil:
@@ -465,11 +470,7 @@ func (n *Node) Close(ctx context.Context) error {
 
 func (n *Node) releaseNodeLease(ctx context.Context) error {
 	key := NodeKey(n.cfg.Name)
-	n.mu.Lock()
-	n.seq++
-	body := n.nodeRecord(true).marshal()
-	etag := n.etag
-	n.mu.Unlock()
+	body, etag := n.nextLeaseVersion(true)
 	_, err := n.b.Put(ctx, key, body, bucket.IfMatch(etag))
 	if errors.Is(err, bucket.ErrAmbiguous) {
 		if got, gerr := n.b.Get(ctx, key); gerr == nil && string(got.Body) == string(body) {

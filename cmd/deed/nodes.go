@@ -101,33 +101,16 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 			var rows []nodeRow
 			for _, v := range obs.View() {
 				r := nodeRow{Node: v.Node, Addr: v.Addr, Alive: v.Alive, Released: v.Released,
-					UnchangedMS: v.Unchanged.Milliseconds(), WatchedMS: watched.Milliseconds(), State: "unknown"}
-				switch {
-				case v.Released:
-					r.State = "released"
-				case !v.Exists:
-					r.State = "missing"
-				case !v.Alive:
-					r.State = "dead"
-				}
+					UnchangedMS: v.Unchanged.Milliseconds(), WatchedMS: watched.Milliseconds()}
+				changed := false
 				// Right after a Refresh the observation is fresh: this reads
 				// no lease, it returns what the view was built from.
 				if ob, err := obs.Observe(context.WithoutCancel(ctx), v.Node); err == nil {
 					r.Incarnation, r.TTLMS = ob.Incarnation, ob.TTL.Milliseconds()
 					r.Alive = owner.Alive(ob, now, p)
-					switch {
-					case v.Released:
-						r.State = "released"
-					case !v.Exists:
-						r.State = "missing"
-					case !r.Alive:
-						r.State = "dead"
-					case ob.FirstSeen.After(first):
-						r.State = "alive"
-					default:
-						r.State = "unknown"
-					}
+					changed = ob.FirstSeen.After(first)
 				}
+				r.State = nodeState(v, r.Alive, changed)
 				rows = append(rows, r)
 			}
 			if cfg.json {
@@ -165,4 +148,22 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 	f.DurationVar(&watch, "watch", 0, "watch the leases this long before judging (at least TTL+margin to tell dead from alive)")
 	f.DurationVar(&ttl, "ttl", owner.DefaultTTL, "least node TTL assumed when judging (a longer TTL advertised in a lease wins)")
 	return cmd
+}
+
+// nodeState names what one watch can tell of a node: only a lease seen to
+// change during the watch is known alive; one that did not change may be a
+// live node between renewals, so it is "unknown" until judged dead.
+func nodeState(v owner.NodeView, alive, changed bool) string {
+	switch {
+	case v.Released:
+		return "released"
+	case !v.Exists:
+		return "missing"
+	case !alive:
+		return "dead"
+	case changed:
+		return "alive"
+	default:
+		return "unknown"
+	}
 }
