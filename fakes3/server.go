@@ -103,7 +103,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("open fakes3 store %s: %w", path, err)
 		}
 		s.db = db
-		backend = s3bolt.New(db)
+		backend = &boltSafe{Backend: s3bolt.New(db)}
 	}
 	s.backend = pagedLister{backend}
 	for _, name := range opts.Buckets {
