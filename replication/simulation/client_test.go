@@ -39,18 +39,7 @@ type client struct {
 var errStraggler = errors.New("request still in flight (injected straggler)")
 
 func (c *client) gate(ctx context.Context) error {
-	d := time.Until(c.n.pausedUntil())
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return wait(ctx, time.Until(c.n.pausedUntil()))
 }
 
 // reply delays the reply to a request already served, while the node's
@@ -58,7 +47,11 @@ func (c *client) gate(ctx context.Context) error {
 // caller that gives up meanwhile gets its context's error (for a
 // conditional write: ambiguous, though it applied).
 func (c *client) reply(ctx context.Context, op fakes3.Op) error {
-	d := c.n.slowReply(op)
+	return wait(ctx, c.n.slowReply(op))
+}
+
+// wait sleeps d (nothing when d <= 0) unless ctx ends first.
+func wait(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
