@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -178,6 +179,14 @@ func Versitygw(t testing.TB) (Target, bool) {
 	if vgw.err != nil {
 		t.Fatalf("s3test: %v", vgw.err)
 	}
+	vgw.mu.Lock()
+	p := vgw.proc
+	vgw.mu.Unlock()
+	select {
+	case <-p.done:
+		t.Fatalf("s3test: versitygw (started by this test binary) has exited: %v", p.err)
+	default:
+	}
 	name := fmt.Sprintf("deed-%d-%d-%s", os.Getpid(), vgw.seq.Add(1), randHex(3))
 	if err := createBucket(t.Context(), vgw.endpoint, name); err != nil {
 		t.Fatalf("s3test: versitygw: %v", err)
@@ -226,7 +235,11 @@ func startVersitygw(bin string) error {
 			return fmt.Errorf("start versitygw: %w", err)
 		}
 		endpoint := "http://" + addr
-		if err := waitReady(endpoint, p, 20*time.Second); err != nil {
+		err = waitReady(endpoint, p, 20*time.Second)
+		if err == nil {
+			err = verifyServer(endpoint, dir, "deed-probe-"+randHex(6), p)
+		}
+		if err != nil {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 			lastErr = err
@@ -261,6 +274,31 @@ func stopVersitygw() error {
 	}
 	if err := os.RemoveAll(vgw.dir); err != nil {
 		return fmt.Errorf("remove versitygw dir: %w", err)
+	}
+	return nil
+}
+
+// verifyServer proves that the process answering at endpoint is ours and
+// not another test binary's gateway that won the same port: go test runs
+// packages in parallel, each starting its own versitygw, and a gateway that
+// lost the bind race exits while waitReady is answered by the winner. That
+// winner then vanishes when its test binary ends, which showed up in CI as
+// "connection refused" half-way through a package. A bucket created through
+// the endpoint must appear as a directory in our own posix root.
+func verifyServer(endpoint, dir, marker string, p *proc) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := createBucket(ctx, endpoint, marker); err != nil {
+		return fmt.Errorf("versitygw at %s: %w", endpoint, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, marker)); err != nil {
+		return fmt.Errorf("versitygw at %s is not the process started here "+
+			"(marker bucket missing from %s): port taken by another process", endpoint, dir)
+	}
+	select {
+	case <-p.done:
+		return fmt.Errorf("versitygw exited during start: %v", p.err)
+	default:
 	}
 	return nil
 }
