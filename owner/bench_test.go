@@ -8,6 +8,7 @@ package owner_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,15 +23,19 @@ import (
 //   - absent: cells never claimed (GET 404, PUT If-None-Match);
 //   - released: cells whose owner released them (GET, PUT If-Match);
 //   - dead-owner: cells held by a node whose lease this node has seen
-//     unchanged for longer than TTL+margin (GET, PUT If-Match: the peer
-//     LIST of the renewal loop already says the owner is dead, so the
-//     takeover reads nothing more).
+//     unchanged for longer than TTL+margin (GET, PUT If-Match: the record
+//     names the incarnation that wrote it, and the peer LIST of the renewal
+//     loop already proves that incarnation dead, so the takeover reads
+//     nothing more);
+//   - dead-owner-noinc: the same with records that do not name an
+//     incarnation (written by a node that never opened): the owner's lease
+//     is read again before each takeover, one more RTT.
 //
 // RTT/claim is the claim's latency over the RTT (limit 2); req/claim
 // counts the requests on cells/ keys. Both RTTs run in a synctest bubble,
 // so at rtt=0 ns/op is deed's CPU cost per claim (plus a little setup).
 func BenchmarkClaim(b *testing.B) {
-	for _, kind := range []string{"absent", "released", "dead-owner"} {
+	for _, kind := range []string{"absent", "released", "dead-owner", "dead-owner-noinc"} {
 		for _, rtt := range benchtest.RTTs {
 			b.Run(kind+"/"+benchtest.Name(rtt), func(b *testing.B) {
 				benchtest.Bubble(b, func(t *testing.T) { benchClaims(t, b, kind, rtt) })
@@ -50,10 +55,12 @@ func benchClaims(t *testing.T, b *testing.B, kind string, rtt time.Duration) {
 		case "released":
 			m.Set(owner.CellKey(cells[i]), fmt.Appendf(nil, `{"node":"","epoch":1,"nonce":"%032x","at_ms":0}`, i))
 		case "dead-owner":
+			m.Set(owner.CellKey(cells[i]), fmt.Appendf(nil, `{"node":"gone","epoch":1,"nonce":"%032x","at_ms":0,"inc":"1"}`, i))
+		case "dead-owner-noinc":
 			m.Set(owner.CellKey(cells[i]), fmt.Appendf(nil, `{"node":"gone","epoch":1,"nonce":"%032x","at_ms":0}`, i))
 		}
 	}
-	if kind == "dead-owner" {
+	if strings.HasPrefix(kind, "dead-owner") {
 		// A node lease that is never renewed again: its owner crashed.
 		m.Set(owner.NodeKey("gone"), []byte(`{"node":"gone","incarnation":"1","addr":"http://gone","ttl_ms":10000,"seq":7,"at_ms":0}`))
 	}
@@ -70,7 +77,7 @@ func benchClaims(t *testing.T, b *testing.B, kind string, rtt time.Duration) {
 			t.Error(err)
 		}
 	}()
-	if kind == "dead-owner" {
+	if strings.HasPrefix(kind, "dead-owner") {
 		p := n.Params()
 		time.Sleep(p.TTL + p.Margin + p.TTL/3) // the observer has seen "gone" unchanged long enough
 		if n.Observer().Alive("gone") {

@@ -14,6 +14,14 @@ import "time"
 // and at_ms is never read.
 var brokenWallClockDeath bool
 
+// brokenIncarnationBlind switches on a deliberately broken takeover rule: a
+// view that proves some incarnation of the owner's node dead is taken as
+// proof for the record being judged, whichever incarnation wrote it. A node
+// that restarted after the view was taken, and claimed the cell under its
+// new incarnation, then loses the cell while it is alive. Like the rule
+// above it can be set only in a deedbroken build.
+var brokenIncarnationBlind bool
+
 // judgeByWallClock rewrites the observation so that Alive, judged at now,
 // applies the broken rule: the lease counts as unchanged since the wall
 // time it was stamped with, as read on this node's wall clock.

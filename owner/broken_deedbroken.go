@@ -11,3 +11,11 @@ func SetBrokenWallClockDeath(on bool) (restore func()) {
 	brokenWallClockDeath = on
 	return func() { brokenWallClockDeath = old }
 }
+
+// SetBrokenIncarnationBlind switches the broken takeover rule of broken.go
+// on or off and returns a function that restores the previous setting.
+func SetBrokenIncarnationBlind(on bool) (restore func()) {
+	old := brokenIncarnationBlind
+	brokenIncarnationBlind = on
+	return func() { brokenIncarnationBlind = old }
+}

@@ -88,7 +88,7 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		now := time.Now()
 		var owner Observation
 		if cur.Exists && !cur.Corrupt && !cur.Record.Released() && cur.Record.Node != n.cfg.Name {
-			if owner, err = n.obs.Observe(ctx, cur.Record.Node); err != nil {
+			if owner, err = n.obs.observe(ctx, cur.Record.Node, cur.Record.Inc); err != nil {
 				return nil, "", bucket.Wrap(err, "claim %s", cell)
 			}
 		}
@@ -107,7 +107,7 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		case Refuse:
 			return nil, d.Reason, &HeldError{Cell: cell, Owner: cur.Record.Node, Addr: owner.Addr, Epoch: cur.Record.Epoch}
 		}
-		rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
+		rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli(), Inc: n.leaseIncarnation()}
 		body := rec.marshal()
 		cond := bucket.IfAbsent
 		if cur.Exists {

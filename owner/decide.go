@@ -76,7 +76,7 @@ func Decide(cur Current, me string, owner Observation, now time.Time, p Params, 
 		return Decision{Action: Take, Epoch: next, Reason: "released"}
 	case cur.Record.Node == me:
 		return Decision{Action: Take, Epoch: next, Reason: "re-entry"}
-	case !Alive(owner, now, p):
+	case !Alive(owner, now, p) || IncarnationDead(owner, cur.Record.Inc, p):
 		return Decision{Action: Take, Epoch: next, Reason: "owner-dead"}
 	case force:
 		return Decision{Action: Take, Epoch: next, Reason: "forced"}
@@ -100,6 +100,10 @@ type Observation struct {
 	Released  bool
 	ETag      string
 	FirstSeen time.Time // local clock, with its monotonic reading
+	// Confirmed is the local send time of the newest read (LIST or GET)
+	// that still showed this version: the store held it at some moment
+	// after Confirmed.
+	Confirmed time.Time
 	Addr      string
 	// Incarnation of the node process that wrote the lease.
 	Incarnation string
@@ -124,6 +128,24 @@ func Alive(o Observation, now time.Time, p Params) bool {
 		return false
 	}
 	return now.Sub(o.FirstSeen) <= max(p.TTL, o.TTL)+p.Margin
+}
+
+// IncarnationDead reports whether the observation proves that incarnation
+// inc of the node has stopped acting for good, however old the observation
+// is: its lease says released, or a read sent at Confirmed still showed a
+// version first seen more than TTL+margin earlier. Every renewal that could
+// have kept the writer alive had to succeed before its fence deadline, which
+// falls before FirstSeen+TTL−margin, so that read would have shown it.
+//
+// Incarnations never come back: a restarted process, or a fenced daemon
+// regaining its node id, writes its lease under a new one. A record naming
+// inc can therefore be taken over on an old view, while a view that merely
+// says "the node" is dead may predate its restart and must be read again.
+func IncarnationDead(o Observation, inc string, p Params) bool {
+	if inc == "" || !o.Exists || (o.Incarnation != inc && !brokenIncarnationBlind) {
+		return false
+	}
+	return o.Released || o.Confirmed.Sub(o.FirstSeen) > max(p.TTL, o.TTL)+p.Margin
 }
 
 // FenceDeadline is when a node that last renewed successfully with a request

@@ -15,6 +15,15 @@ func TestDecide(t *testing.T) {
 	rec := func(node string, epoch uint64) Current {
 		return Current{Exists: true, Record: Record{Node: node, Epoch: epoch, Nonce: "n"}}
 	}
+	recInc := func(node string, epoch uint64, inc string) Current {
+		c := rec(node, epoch)
+		c.Record.Inc = inc
+		return c
+	}
+	// FirstSeen in the future of t0 only to keep Alive true at the times
+	// used; the proof rests on Confirmed−FirstSeen alone.
+	provenDead := Observation{Node: "b", Exists: true, ETag: "x", Incarnation: "i1",
+		FirstSeen: t0.Add(2 * time.Second), Confirmed: t0.Add(14 * time.Second)}
 	cases := []struct {
 		name   string
 		cur    Current
@@ -35,6 +44,10 @@ func TestDecide(t *testing.T) {
 		{"owner lease missing", rec("b", 4), Observation{Node: "b"}, t0, false, Take, 5, "owner-dead"},
 		{"owner lease released", rec("b", 4), Observation{Node: "b", Exists: true, Released: true, FirstSeen: t0}, t0, false, Take, 5, "owner-dead"},
 		{"forced over live owner", rec("b", 4), live, t0, true, Take, 5, "forced"},
+		// A view old enough to look alive at now, but one read of which
+		// already proved the record's incarnation dead.
+		{"record's incarnation proven dead", recInc("b", 4, "i1"), provenDead, t0.Add(5 * time.Second), false, Take, 5, "owner-dead"},
+		{"another incarnation proven dead", recInc("b", 4, "i2"), provenDead, t0.Add(5 * time.Second), false, Refuse, 0, "owner-alive"},
 		{"corrupt", Current{Exists: true, Corrupt: true}, Observation{}, t0, false, RefuseCorrupt, 0, "corrupt"},
 		{"corrupt forced", Current{Exists: true, Corrupt: true, DataEpoch: 9}, Observation{}, t0, true, Take, 10, "forced"},
 	}
@@ -45,6 +58,36 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("Decide = %+v, want %v epoch %d reason %q", d, c.action, c.epoch, c.reason)
 			}
 		})
+	}
+}
+
+func TestIncarnationDead(t *testing.T) {
+	p := Params{TTL: 10 * time.Second, Margin: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	seen := Observation{Node: "b", Exists: true, ETag: "x", Incarnation: "i1", FirstSeen: t0}
+	with := func(f func(*Observation)) Observation { o := seen; f(&o); return o }
+	cases := []struct {
+		name string
+		o    Observation
+		inc  string
+		want bool
+	}{
+		{"confirmed exactly ttl+margin after first sight", with(func(o *Observation) { o.Confirmed = t0.Add(11 * time.Second) }), "i1", false},
+		{"confirmed past ttl+margin", with(func(o *Observation) { o.Confirmed = t0.Add(11*time.Second + 1) }), "i1", true},
+		{"confirmed past the observer's ttl but not the advertised one", with(func(o *Observation) {
+			o.TTL = time.Minute
+			o.Confirmed = t0.Add(30 * time.Second)
+		}), "i1", false},
+		{"released by that incarnation", with(func(o *Observation) { o.Released = true }), "i1", true},
+		{"another incarnation", with(func(o *Observation) { o.Confirmed = t0.Add(time.Hour) }), "i2", false},
+		{"record names no incarnation", with(func(o *Observation) { o.Confirmed = t0.Add(time.Hour) }), "", false},
+		{"lease missing: whose death is unknown", Observation{Node: "b"}, "i1", false},
+		{"first read only (sent before first sight)", with(func(o *Observation) { o.Confirmed = t0.Add(-time.Millisecond) }), "i1", false},
+	}
+	for _, c := range cases {
+		if got := IncarnationDead(c.o, c.inc, p); got != c.want {
+			t.Errorf("%s: IncarnationDead = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

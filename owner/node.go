@@ -338,7 +338,7 @@ func (n *Node) observeSelf() {
 	etag := n.etag
 	n.mu.Unlock()
 	n.obs.record(Observation{Node: n.cfg.Name, Exists: true, ETag: etag, Addr: n.cfg.Addr,
-		Incarnation: n.incarnation, TTL: n.cfg.TTL}, time.Now())
+		Incarnation: n.incarnation, TTL: n.cfg.TTL}, time.Now(), time.Now())
 }
 
 // nextLeaseVersion bumps the sequence number and returns the next node-lease
@@ -505,4 +505,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// leaseIncarnation is the incarnation a claim records: this process's, once
+// it holds a node lease under it; "" for a node that never opened, whose
+// incarnation no lease ever showed.
+func (n *Node) leaseIncarnation() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.opened {
+		return ""
+	}
+	return n.incarnation
 }

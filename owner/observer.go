@@ -33,6 +33,7 @@ func NewObserver(b bucket.Bucket, p Params) *Observer {
 
 // Refresh lists every node lease and updates the observations.
 func (o *Observer) Refresh(ctx context.Context) error {
+	sent := time.Now()
 	page, err := bucket.ListAll(ctx, o.b, bucket.ListInput{Prefix: NodesPrefix})
 	if err != nil {
 		return fmt.Errorf("observe nodes: %w", err)
@@ -45,13 +46,10 @@ func (o *Observer) Refresh(ctx context.Context) error {
 			continue
 		}
 		seen[node] = true
-		o.mu.Lock()
-		prev, had := o.obs[node]
-		o.mu.Unlock()
-		if had && prev.Exists && bucket.SameETag(prev.ETag, info.ETag) {
+		if o.confirm(node, info.ETag, sent) {
 			continue
 		}
-		if err := o.fetch(ctx, node, now); err != nil {
+		if err := o.fetch(ctx, node); err != nil {
 			return err
 		}
 	}
@@ -77,15 +75,23 @@ func (o *Observer) Refresh(ctx context.Context) error {
 // lease and claimed the cell), so a takeover always rests on a read made
 // after the caller read that record.
 func (o *Observer) Observe(ctx context.Context, node string) (Observation, error) {
+	return o.observe(ctx, node, "")
+}
+
+// observe is Observe for a claimer judging a record written by incarnation
+// inc: a view that already proves inc dead (IncarnationDead) is final, so
+// the takeover of a long-dead node's cell costs no read of its lease.
+func (o *Observer) observe(ctx context.Context, node, inc string) (Observation, error) {
 	now := time.Now()
 	o.mu.Lock()
 	ob, had := o.obs[node]
 	fresh := had && now.Sub(o.refreshed) <= o.p.TTL/3 && Alive(ob, now, o.p)
+	final := had && IncarnationDead(ob, inc, o.p)
 	o.mu.Unlock()
-	if fresh {
+	if fresh || final {
 		return ob, nil
 	}
-	if err := o.fetch(ctx, node, now); err != nil {
+	if err := o.fetch(ctx, node); err != nil {
 		return Observation{}, err
 	}
 	o.mu.Lock()
@@ -95,11 +101,12 @@ func (o *Observer) Observe(ctx context.Context, node string) (Observation, error
 
 // fetch reads one node lease and records it, keeping FirstSeen when the
 // ETag is unchanged.
-func (o *Observer) fetch(ctx context.Context, node string, now time.Time) error {
+func (o *Observer) fetch(ctx context.Context, node string) error {
+	sent := time.Now()
 	obj, err := o.b.Get(ctx, NodeKey(node))
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
-		o.record(Observation{Node: node}, now)
+		o.record(Observation{Node: node}, sent, sent)
 		return nil
 	case err != nil:
 		return fmt.Errorf("observe node %s: %w", node, err)
@@ -120,20 +127,45 @@ func (o *Observer) fetch(ctx context.Context, node string, now time.Time) error 
 	// back, never earlier (not at now, which may precede the GET): a slow
 	// GET may return a renewal sent after it left, and an observation must
 	// never begin before the renewal it shows was sent.
-	o.record(ob, time.Now())
+	o.record(ob, time.Now(), sent)
 	return nil
 }
 
-func (o *Observer) record(ob Observation, now time.Time) {
+// record stores an observation read by a request sent at sent whose answer
+// arrived at answered.
+func (o *Observer) record(ob Observation, answered, sent time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prev, had := o.obs[ob.Node]
 	if had && prev.Exists == ob.Exists && bucket.SameETag(prev.ETag, ob.ETag) {
 		ob.FirstSeen = prev.FirstSeen
+		ob.Confirmed = later(prev.Confirmed, sent)
 	} else {
-		ob.FirstSeen = now
+		ob.FirstSeen = answered
+		ob.Confirmed = sent
 	}
 	o.obs[ob.Node] = ob
+}
+
+// confirm notes that a LIST sent at sent still showed etag for node, and
+// reports whether that is the version already observed.
+func (o *Observer) confirm(node, etag string, sent time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob, had := o.obs[node]
+	if !had || !ob.Exists || !bucket.SameETag(ob.ETag, etag) {
+		return false
+	}
+	ob.Confirmed = later(ob.Confirmed, sent)
+	o.obs[node] = ob
+	return true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // NodeView is a node as the CLI and the daemon show it.

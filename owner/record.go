@@ -15,11 +15,18 @@ import (
 // writes of identical bytes would share an ETag and let a stale If-Match
 // succeed (the ABA problem). The nonce is also how a claimer recognises its
 // own write after an ambiguous outcome.
+//
+// Inc is the incarnation of the claimer's node lease. It lets a peer whose
+// view of that lease already proves the incarnation dead take the cell over
+// without reading the lease again (see IncarnationDead); a record without it
+// (older writers, or a claim by a node that never opened) simply always
+// costs that read.
 type Record struct {
 	Node  string `json:"node"`
 	Epoch uint64 `json:"epoch"`
 	Nonce string `json:"nonce"`
 	AtMS  int64  `json:"at_ms"`
+	Inc   string `json:"inc,omitempty"`
 }
 
 // Released reports whether the record names no owner.

@@ -298,3 +298,42 @@ func TestCloseStopsActingBeforeItStopsRenewing(t *testing.T) {
 		<-done
 	})
 }
+
+// The takeover of a long-dead node's cell needs no read of its lease when
+// the record names the incarnation that wrote it and the claimer's view
+// already proves that incarnation dead: one GET of own.json and one PUT,
+// as for a released cell. The same view must not be enough for a record
+// written by a later incarnation (TestStaleViewOfRestartedOwnerIsReadAgain).
+func TestProvenDeadIncarnationIsTakenOverWithoutReadingItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		a := openNode(t, m, "a")
+		if _, err := a.Claim(t.Context(), "c", owner.ClaimOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		b := openNode(t, m, "b")
+		m.Partition("a", true) // a is cut off: it fences, its lease stays as it was
+		time.Sleep(ttl + margin + ttl/3 + ttl/30)
+		synctest.Wait()
+		if a.Err() == nil {
+			t.Fatal("a should have fenced itself")
+		}
+		var leaseReads atomic.Int64
+		m.Inject(fakes3.Rule{Client: "b", Match: func(op fakes3.Op, key string) bool {
+			if key == owner.NodeKey("a") {
+				leaseReads.Add(1)
+			}
+			return false
+		}})
+		l, err := b.Claim(t.Context(), "c", owner.ClaimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Epoch() != 2 {
+			t.Fatalf("epoch %d, want 2", l.Epoch())
+		}
+		if n := leaseReads.Load(); n != 0 {
+			t.Fatalf("the takeover read a's lease %d times; b's view already proved a's incarnation dead", n)
+		}
+	})
+}

@@ -224,7 +224,11 @@ func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, grace time.Dura
 		// On Linux the child is killed when the thread that started it
 		// exits (Pdeathsig): keep this goroutine on its thread until the
 		// child has been reaped.
+		// Unlocking once it is reaped returns the thread to the pool
+		// instead of ending it, which would kill any other child that
+		// was forked from it with a death signal.
 		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		if err := c.Start(); err != nil {
 			started <- err
 			return

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -149,15 +150,30 @@ type proc struct {
 	err  error         // its exit status, valid after done
 }
 
+// startProc starts cmd from a goroutine locked to its OS thread until the
+// child is reaped. On Linux the death signal (setDeathSignal) fires when
+// the *thread* that forked the child exits, not the process, and the Go
+// runtime ends a thread whenever a goroutine exits while locked to it (as
+// deed exec's supervisor does): a gateway forked from a pooled thread was
+// killed half-way through cmd/deed's tests when that thread was later
+// locked and ended. A thread this goroutine holds is never lent out.
 func startProc(cmd *exec.Cmd) (*proc, error) {
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
