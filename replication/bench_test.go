@@ -282,10 +282,17 @@ func benchAcquire(t *testing.T, b *testing.B, kind string, rtt time.Duration) {
 	ctx := context.Background()
 	m := fakes3.NewMem()
 	cells := make([]string, b.N)
-	prev, err := owner.NewNode(m, owner.Config{Name: "gone"})
+	prev, err := owner.NewNode(m.Client("gone"), owner.Config{Name: "gone"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := prev.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		m.Partition("gone", false)
+		_ = prev.Close(ctx) // it has fenced: nothing left to release
+	}()
 	for i := range cells {
 		cells[i] = fmt.Sprintf("cell-%d", i)
 		if kind == "absent" {
@@ -311,8 +318,9 @@ func benchAcquire(t *testing.T, b *testing.B, kind string, rtt time.Duration) {
 			}
 		}
 	}
-	// The previous owner's node lease, never renewed again.
-	m.Set(owner.NodeKey("gone"), []byte(`{"node":"gone","incarnation":"1","addr":"http://gone","ttl_ms":10000,"seq":7,"at_ms":0}`))
+	// The previous owner crashes: its node lease is never renewed again.
+	m.Partition("gone", true)
+	m.Set(owner.NodeKey("gone"), fmt.Appendf(nil, `{"node":"gone","incarnation":%q,"addr":"http://gone","ttl_ms":10000,"seq":7,"at_ms":0}`, prev.Incarnation()))
 	m.Inject(fakes3.Rule{Latency: rtt})
 	counted := &benchtest.Counted{B: m, Prefix: "cells/"}
 	n, err := owner.NewNode(counted, owner.Config{Name: "me", Addr: "http://me"})

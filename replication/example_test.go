@@ -118,3 +118,35 @@ func ExampleLog_Snapshot() {
 	// next position 7
 	// gc would delete 5 files
 }
+
+// A node that has fenced (it could not renew its node lease, most likely
+// because it cannot reach the store) lets go of its logs without sealing
+// them: Abandon sends no request, and the next owner seals the chain end
+// when it opens the log.
+func ExampleLog_Abandon() {
+	ctx := context.Background()
+	b := fakes3.NewMem()
+	a, _ := owner.NewNode(b, owner.Config{Name: "node-a"})
+	lease, _ := a.Claim(ctx, "orders", owner.ClaimOptions{})
+	log, _ := replication.Open(ctx, b, lease)
+	if _, err := log.Append(ctx, lease, []byte("created")); err != nil {
+		panic(err)
+	}
+
+	log.Abandon()
+	_, err := log.Append(ctx, lease, []byte("paid"))
+	fmt.Println("after Abandon:", bucket.CodeOf(err))
+
+	// node-a never opened a node lease, so node-b may take the cell over.
+	bn, _ := owner.NewNode(b, owner.Config{Name: "node-b"})
+	next, _ := bn.Claim(ctx, "orders", owner.ClaimOptions{})
+	log2, err := replication.Open(ctx, b, next) // seals epoch 1 at its end
+	if err != nil {
+		panic(err)
+	}
+	res, _ := log2.Append(ctx, next, []byte("paid"))
+	fmt.Printf("node-b appended at epoch %d position %d\n", res.Epoch, res.Pos)
+	// Output:
+	// after Abandon: DEED-E040
+	// node-b appended at epoch 2 position 2
+}

@@ -42,16 +42,18 @@ type Log struct {
 	stopped chan struct{}      // closed when the running writer exits
 	kick    chan struct{}      // wakes a lingering writer: an append, or Close
 
-	mu       sync.Mutex
-	queue    []*pending // never empty while no writer runs
-	running  bool       // a writer goroutine is running
-	next     TxID       // the next slot to write: every slot below it is durable
-	nextPos  Pos
-	err      error // sticky: once set, every append fails with it
-	closing  bool
-	closed   chan struct{} // made by the first Close; closed when it finished
-	closeErr error
-	index    []indexEntry // (txid, first position) of files this log wrote
+	mu        sync.Mutex
+	queue     []*pending // never empty while no writer runs
+	running   bool       // a writer goroutine is running
+	next      TxID       // the next slot to write: every slot below it is durable
+	nextPos   Pos
+	err       error // sticky: once set, every append fails with it
+	closing   bool
+	closed    chan struct{} // made by the first Close; closed when it finished
+	closeErr  error
+	abandoned bool               // Abandon was called: Close must not seal
+	stopClose context.CancelFunc // cuts short a Close under way (set while it runs)
+	index     []indexEntry       // (txid, first position) of files this log wrote
 }
 
 type indexEntry struct {
@@ -78,7 +80,10 @@ var (
 	openLogs = map[*owner.Lease]*Log{}
 )
 
-var errClosed = errors.New("log closed")
+var (
+	errClosed    = errors.New("log closed")
+	errAbandoned = errors.New("log abandoned")
+)
 
 // Open starts the log of lease's epoch E. Before anything is written it
 // fences every predecessor (DESIGN.md, "The data path"): it walks the chain
@@ -545,12 +550,61 @@ func (l *Log) Close(ctx context.Context) error {
 	return err
 }
 
+// Abandon ends the log at once, without sealing it and without sending a
+// request: appends still queued fail with the lease's error, and one whose
+// PUT is in flight is cut off and reports an unknown outcome (DEED-E012;
+// the record may still become durable, as after any lost response).
+//
+// It is for an owner that has lost its lease, typically a node that fenced
+// because it cannot reach the store: sealing the chain end is then only a
+// courtesy to the next owner, which seals it itself, and trying would cost
+// up to a timeout per log. A Close already under way is cut short the same
+// way and returns the abandonment error.
+func (l *Log) Abandon() {
+	l.mu.Lock()
+	if l.err == nil {
+		err := l.lease.Check()
+		if err == nil {
+			err = bucket.Errorf(bucket.CodeBadRequest, "log %s epoch %d: %w", l.s.cell, l.epoch, errAbandoned)
+		}
+		l.err = err
+	}
+	cancel, stopped, stopClose := l.cancel, l.stopped, l.stopClose
+	first := !l.closing
+	if first {
+		l.closing = true
+		l.closed = make(chan struct{})
+	}
+	l.abandoned = true
+	l.mu.Unlock()
+	if stopClose != nil {
+		stopClose()
+	}
+	if cancel != nil {
+		cancel()
+		<-stopped
+	}
+	if first {
+		l.mu.Lock()
+		l.closeErr = l.err
+		l.mu.Unlock()
+		close(l.closed)
+		forget(l)
+	}
+}
+
 func (l *Log) close(ctx context.Context) error {
+	ctx, stopClose := context.WithCancel(ctx)
+	defer stopClose()
 	// Closing stops new appends, so once the writer (if one runs) has
 	// drained the queue and exited, none starts again.
 	l.mu.Lock()
-	stopped, cancel := l.stopped, l.cancel
+	l.stopClose = stopClose
+	stopped, cancel, abandoned, aerr := l.stopped, l.cancel, l.abandoned, l.err
 	l.mu.Unlock()
+	if abandoned { // Abandon came between Close marking the log closing and here
+		return aerr
+	}
 	if stopped != nil {
 		select {
 		case <-stopped:
@@ -561,8 +615,11 @@ func (l *Log) close(ctx context.Context) error {
 		}
 	}
 	l.mu.Lock()
-	werr, next, pos := l.err, l.next, l.nextPos
+	werr, next, pos, abandoned := l.err, l.next, l.nextPos, l.abandoned
 	l.mu.Unlock()
+	if abandoned {
+		return werr
+	}
 	if werr != nil {
 		if bucket.CodeOf(werr) == bucket.CodeSuperseded {
 			return nil // a newer epoch sealed us: the chain end is fenced already

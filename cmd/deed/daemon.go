@@ -128,7 +128,7 @@ func (d *daemon) watchNode(ctx context.Context, n *owner.Node) {
 		for _, c := range dropped {
 			c.mu.Lock()
 			if c.log != nil {
-				d.abandon(c.log)
+				d.dropLog(c.log, n.Err())
 			}
 			c.mu.Unlock()
 		}
@@ -266,7 +266,7 @@ func (d *daemon) leaseEnded(c *cell, l *owner.Lease) {
 	c.mu.Lock()
 	if c.lease == l {
 		if c.log != nil {
-			d.abandon(c.log)
+			d.dropLog(c.log, l.Err())
 		}
 		c.lease, c.log = nil, nil
 		d.dropIfEmpty(c)
@@ -284,11 +284,25 @@ func (d *daemon) countHeld() int {
 	return len(d.cells)
 }
 
-// abandon stops the writer of a log whose lease has ended. Closing tries to
-// seal the log's own chain end, which is safe whatever ended the lease: the
-// seal is a create-only write in our own epoch, and if a successor sealed
-// that slot first, ours is refused.
-func (d *daemon) abandon(lg *replication.Log) {
+// dropLog lets go of the log of a lease that ended with why. A node that
+// fenced and is about to exit (FenceExit) abandons it: it most likely
+// cannot reach the store, sealing would cost up to a TTL per log, and the
+// seal is only a courtesy, as the next owner seals the chain itself.
+// Otherwise the log is sealed in the background.
+func (d *daemon) dropLog(lg *replication.Log, why error) {
+	if d.cfg.FenceExit && bucket.CodeOf(why) == bucket.CodeNodeFenced {
+		lg.Abandon()
+		return
+	}
+	d.sealDropped(lg)
+}
+
+// sealDropped closes, in the background and for at most one TTL, a log
+// whose lease has ended. Closing tries to seal the log's own chain end,
+// which is safe whatever ended the lease: the seal is a create-only write in
+// our own epoch, and if a successor sealed that slot first, ours is refused.
+// It spares the next owner the walk to the chain's end.
+func (d *daemon) sealDropped(lg *replication.Log) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()

@@ -325,10 +325,11 @@ func TestE2EFenceExit(t *testing.T) {
 	if code := pa.wait(t, 20*time.Second); code != 3 {
 		t.Fatalf("fenced daemon exited %d, want 3", code)
 	}
-	// Fence at TTL−margin after the last good renewal, then up to one TTL
-	// spent trying to seal the dropped cells' logs before exiting.
-	if took := time.Since(start); took > 2*2*time.Second+time.Second {
-		t.Fatalf("exited %v after the store died; want within about 2×TTL (TTL 2s)", took)
+	// Fence at TTL−margin after the last good renewal, then exit at once:
+	// the dropped logs are abandoned, not sealed against a dead store.
+	t.Logf("exited %v after the store died (TTL 2s)", time.Since(start))
+	if took := time.Since(start); took > 2*time.Second+time.Second {
+		t.Fatalf("exited %v after the store died; want within about TTL (2s)", took)
 	}
 	if !strings.Contains(pa.out.String(), string(bucket.CodeNodeFenced)) {
 		t.Fatalf("exit message lacks %s:\n%s", bucket.CodeNodeFenced, pa.out.String())
