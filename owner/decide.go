@@ -156,7 +156,9 @@ func FenceDeadline(lastSend time.Time, p Params) time.Time {
 
 // RenewTimeout bounds one renewal attempt: half the time left before the
 // fence, within [floor, TTL/3], so a hung request cannot use up the budget
-// for retries but a slow store still gets a fair chance.
+// for retries but a slow store still gets a fair chance — and never beyond
+// the deadline itself: a node with an attempt in flight is still acting,
+// and must stop by its deadline, before any peer may call it dead.
 func RenewTimeout(now, deadline time.Time, p Params) time.Duration {
 	left := deadline.Sub(now) / 2
 	floor := p.TTL / 50
@@ -169,7 +171,7 @@ func RenewTimeout(now, deadline time.Time, p Params) time.Duration {
 	if ceil := p.TTL / 3; left > ceil {
 		left = ceil
 	}
-	return left
+	return min(left, deadline.Sub(now))
 }
 
 // Validate checks margin < TTL/3 < TTL.

@@ -134,8 +134,11 @@ func TestRenewTimeout(t *testing.T) {
 	if got := RenewTimeout(now, now.Add(2*time.Second), p); got != time.Second {
 		t.Errorf("2s before deadline: %v, want half of it", got)
 	}
-	if got := RenewTimeout(now, now.Add(time.Millisecond), p); got != 200*time.Millisecond {
-		t.Errorf("at deadline: %v, want floor", got)
+	if got := RenewTimeout(now, now.Add(300*time.Millisecond), p); got != 200*time.Millisecond {
+		t.Errorf("300ms before deadline: %v, want the floor", got)
+	}
+	if got := RenewTimeout(now, now.Add(time.Millisecond), p); got != time.Millisecond {
+		t.Errorf("1ms before deadline: %v, want what is left, not the floor", got)
 	}
 }
 

@@ -214,6 +214,11 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 					}
 					watchedETag, watchedSince = obj.ETag, now
 				}
+				// Judging at the answer's arrival rather than at the GET's
+				// send time (as a claimer must, see Observer.fetch) is safe
+				// here: the takeover below is If-Match on the very version
+				// read, so a renewal that landed after the GET was served
+				// makes it fail with 412.
 				if now.Sub(watchedSince) <= p.TTL+p.Margin {
 					n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
 					if err := sleepCtx(ctx, p.TTL/3); err != nil {
@@ -298,6 +303,12 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 		cancel()
 		if n.cfg.Hooks.Renew != nil {
 			n.cfg.Hooks.Renew(result)
+		}
+		if result == "ok" && time.Now().After(deadline) {
+			// Its answer came too late: the node must not have acted past
+			// its deadline, whatever the store says now.
+			n.fence("expired", fmt.Errorf("renewal answered after the fence deadline %v", deadline.Format(time.RFC3339Nano)))
+			return
 		}
 		switch result {
 		case "ok":

@@ -337,3 +337,39 @@ func TestProvenDeadIncarnationIsTakenOverWithoutReadingItsLease(t *testing.T) {
 		}
 	})
 }
+
+// A renewal attempt used to be bounded by a floor (50 ms, or TTL/50) even
+// when less time than that was left before the fence deadline: with a
+// short TTL the node went on acting while the attempt hung past its
+// deadline — past the earliest moment a peer may call it dead when
+// 2×margin is below that floor (TTL < 250 ms). An attempt now never
+// outlives the deadline. (Found by reasoning, noted as a leftover in the
+// simulation's first report.)
+func TestRenewalInFlightNeverOutlivesTheFenceDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl, margin = 100 * time.Millisecond, 10 * time.Millisecond
+		m := fakes3.NewMem()
+		var fencedAt atomic.Int64
+		a, err := owner.NewNode(m.Client("a"), owner.Config{Name: "a", TTL: ttl, Margin: margin,
+			Hooks: owner.Hooks{Fence: func(string) { fencedAt.Store(time.Now().UnixNano()) }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now() // the node lease is created now: the deadline is start+TTL−margin
+		if err := a.Open(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer closeNode(a)
+		// Every renewal hangs: the store has stopped answering this node.
+		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Latency: time.Hour})
+		time.Sleep(2 * ttl)
+		f := fencedAt.Load()
+		if f == 0 {
+			t.Fatal("a never fenced")
+		}
+		deadline := start.Add(ttl - margin)
+		if at := time.Unix(0, f); at.After(deadline) {
+			t.Fatalf("a fenced %v after its deadline (earliest death verdict: %v after it)", at.Sub(deadline), 2*margin)
+		}
+	})
+}
