@@ -39,6 +39,10 @@ type ServerOptions struct {
 	IgnoreConditions bool
 	// Logger receives gofakes3's messages and the server's own; nil discards.
 	Logger *slog.Logger
+	// Latency is added before every request is served (outside any lock,
+	// so requests still overlap), to stand in for the network round trip
+	// to a real store in benchmarks that compare against it.
+	Latency time.Duration
 }
 
 // Server is an S3 endpoint for tests that must go through aws-sdk-go-v2 and
@@ -223,6 +227,15 @@ func (s *Server) closeDB() error {
 
 // serve is the middleware in front of gofakes3.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Latency > 0 {
+		t := time.NewTimer(s.opts.Latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 	if r.Method != http.MethodPut && r.Method != http.MethodPost && r.Method != http.MethodDelete {
 		s.inner.ServeHTTP(w, r)
 		return
