@@ -29,10 +29,11 @@ build:
 
 # The second line builds the deliberately broken protocol variants (the
 # deedbroken tag: never in a release build) and checks that the
-# simulation's checkers catch every one of them.
+# simulation's checkers catch every one of them, and that replication's
+# step-by-step races break under the variants they pin.
 test:
 	$(GO) test -race ./...
-	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation
+	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication
 
 # sim: SEEDS seeds of the simulation from SEEDBASE on; a failing seed prints
 # the command that replays it.

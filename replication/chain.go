@@ -186,6 +186,14 @@ type anchor struct {
 	at   cursor
 	key  string // the record or snapshot the walk started from; "" at origin
 	file *File  // that file, decoded (nil at origin)
+	// covered is the txid of the newest snapshot the listing that chose
+	// the anchor showed (0: none). The chain runs past every txid a
+	// snapshot covers, so a walk that ends at or below it met a file GC
+	// deleted, whatever stillValid says: a PUT that was still travelling
+	// when its writer gave up on it can land after GC deleted the file,
+	// and create-only does not stop it, so the anchor can be back although
+	// the slot above it is gone.
+	covered TxID
 }
 
 // errGCRace reports that the file a walk started from was deleted while it
@@ -197,6 +205,17 @@ var errGCRace = errors.New("the log was garbage-collected under the walk")
 // snapshots first and record files in txid order, so if the slot was
 // deleted, a's file (older snapshot, or a record below the hole) was
 // deleted before it. At origin, GC can only have run if a snapshot exists.
+//
+// Two assumptions, both about the store. At origin the answer is a LIST
+// made after the hole was seen, so it needs LIST to be read-after-write
+// consistent (S3's is): a listing that lags behind recent writes can hide
+// the only snapshot, and the hole passes for the end of an empty chain.
+// And a deleted file must stay deleted: a PUT still travelling after its
+// writer gave up on it (the writer retried, and the retry landed) can land
+// after GC deleted the file and write it again. Reads guard against that
+// below any snapshot their listing showed (anchor.covered); a walk whose
+// own starting file is written again while it runs — a late PUT, a newer
+// snapshot, a sealed epoch and GC, all within one walk — is not guarded.
 func (s *store) stillValid(ctx context.Context, a anchor) error {
 	if a.key != "" {
 		ok, err := s.head(ctx, a.key)

@@ -103,6 +103,9 @@ func (s *store) readFrom(ctx context.Context, a anchor, after Pos, limit int) ([
 		return nil, Head{}, err
 	}
 	if end {
+		if c.txid <= a.covered {
+			return nil, Head{}, bucket.Errorf(bucket.CodeBadRequest, "read %s after %d: %w: slot e%d/%d is gone, below a snapshot at txid %d", s.cell, after, ErrCompacted, c.epoch, uint64(c.txid), uint64(a.covered))
+		}
 		if err := s.stillValid(ctx, a); err != nil {
 			return nil, Head{}, err
 		}
@@ -147,10 +150,15 @@ func (s *store) locate(ctx context.Context, after Pos) (anchor, error) {
 			hi = j
 		}
 	}
+	snap, hasSnap := l.newestSnapshot(^uint64(0))
 	if best != nil {
-		return anchor{at: cursor{epoch: bestKey.epoch, txid: bestKey.txid + 1, pos: best.NextPos(), data: true}, key: bestKey.key, file: best}, nil
+		a := anchor{at: cursor{epoch: bestKey.epoch, txid: bestKey.txid + 1, pos: best.NextPos(), data: true}, key: bestKey.key, file: best}
+		if hasSnap {
+			a.covered = snap.txid
+		}
+		return a, nil
 	}
-	if snap, ok := l.newestSnapshot(^uint64(0)); ok {
+	if hasSnap {
 		return s.snapshotAnchor(ctx, snap)
 	}
 	return anchor{at: origin}, nil

@@ -161,6 +161,10 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 			if err != nil && bucket.CodeOf(err) != bucket.CodeCorruptTx {
 				return rep, bucket.Wrap(err, "gc %s", cell)
 			}
+			if brokenGCMarkers && g != nil && g.Kind.fences() {
+				victims = append(victims, o)
+				continue
+			}
 			if g == nil || g.Kind != KindRecords {
 				if g != nil || err != nil {
 					rep.Markers++ // a marker, or damaged: keep it
@@ -169,6 +173,9 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 			}
 		}
 		victims = append(victims, o)
+	}
+	if brokenGCNewestFirst {
+		newestFirst(victims)
 	}
 	for _, o := range victims {
 		if !opts.DryRun {

@@ -150,3 +150,25 @@ func TestBrokenEarlyAck(t *testing.T) {
 func TestBrokenIncarnationBlind(t *testing.T) {
 	catchFrom(t, owner.SetBrokenIncarnationBlind, 1901, 0, "liveness")
 }
+
+// (f) GC deletes seals and tombstones. They are what keeps a paused or
+// forced-out owner fenced: with the seal at its next slot gone, such an
+// owner's next append lands in the freed slot, below the snapshot, and is
+// acknowledged although no restore will ever read it. The promises catch
+// that on their own, rarely: with the direct check switched off, 9 of seeds
+// 1–1000 ("acknowledged record … is not in the final log", or a record of
+// the fenced epoch restored after a newer epoch's). The direct check — a
+// seal or tombstone that was there when a DELETE reached it is gone at the
+// end — catches every GC that covers one, from seed 2 on.
+//
+// The other delete order that matters, GC deleting newest first, is not
+// here: it breaks walks that start below the range GC deletes while GC is
+// half-way through it, an interleaving random schedules almost never
+// produce (reads are guarded twice over: see anchor.covered). The
+// replication package pins it step by step instead —
+// TestFencingWalkRestartsWhenGCDeletesUnderIt, and with this tag
+// TestBrokenGCNewestFirstSealsAHole, where the new owner seals the hole and
+// loses its acknowledged append.
+func TestBrokenGCDeletesMarkers(t *testing.T) {
+	catch(t, replication.SetBrokenGCMarkers, 0, "was deleted")
+}

@@ -24,6 +24,8 @@ func (w *world) check() []string {
 		}
 		v = append(v, w.checkFinal(cell)...)
 		v = append(v, w.checkReads(cell)...)
+		v = append(v, w.checkSnapshots(cell)...)
+		v = append(v, w.checkMarkers(cell)...)
 		v = append(v, w.checkWriters(cell)...)
 		v = append(v, w.checkLinearizable(cell)...)
 	}
@@ -77,9 +79,21 @@ func (w *world) checkFinal(cell string) []string {
 	return v
 }
 
-// checkReads: every read, with or without a barrier, is a prefix of the
-// final log (the log only grows at its end), and no read shows a refused
-// record.
+// checkReads: every read, with or without a barrier, is a contiguous
+// segment of the final log starting right after the position it read
+// after (the log only grows at its end, so a read of the whole log is a
+// prefix of it, and one from a snapshot on is the segment after the
+// snapshot), and no read shows a refused record. A read that failed is
+// not here: failing is allowed, returning wrong or missing records is not.
+//
+// And no read is cut short: a read returns every record acknowledged
+// before it began (at a position after the one it read after), barrier or
+// not. When an append is acknowledged, every slot of the chain up to its
+// record is filled (a record, a seal or a tombstone), so a walk that starts
+// later reaches it — unless it takes a hole GC made under it for the end
+// of the chain, which is what the delete order of GC and stillValid rule
+// out. Porcupine checks this for barrier reads too; this check also covers
+// the reads without a barrier, and the restores of the snapshots.
 func (w *world) checkReads(cell string) []string {
 	var v []string
 	final := w.final[cell]
@@ -93,14 +107,23 @@ func (w *world) checkReads(cell string) []string {
 		if r.cell != cell {
 			continue
 		}
+		end := r.after + replication.Pos(len(r.recs))
+		for _, a := range w.h.appends {
+			if a.cell == cell && a.out == acked && a.ret < r.call && a.res.Pos > end && (r.until == 0 || a.res.Pos < r.until) {
+				v = append(v, fmt.Sprintf("%s: a %s (barrier %v, incarnation %d) after pos %d ends at pos %d, but %q was acknowledged at pos %d before it began",
+					cell, r.src, r.barrier, r.inc, r.after, end, a.data, a.res.Pos))
+				break
+			}
+		}
 		for i, rec := range r.recs {
 			d := string(rec.Data)
 			if refusedData[d] {
-				v = append(v, fmt.Sprintf("%s: a read (barrier %v, incarnation %d) shows refused record %q", cell, r.barrier, r.inc, d))
+				v = append(v, fmt.Sprintf("%s: a %s (barrier %v, incarnation %d) shows refused record %q", cell, r.src, r.barrier, r.inc, d))
 			}
-			if i >= len(final) || string(final[i].Data) != d || final[i].Pos != rec.Pos {
-				v = append(v, fmt.Sprintf("%s: a read (barrier %v, incarnation %d) is not a prefix of the final log: record %d is %q at pos %d",
-					cell, r.barrier, r.inc, i+1, d, rec.Pos))
+			j := int(r.after) + i // where the record must be in the final log
+			if j >= len(final) || string(final[j].Data) != d || final[j].Pos != rec.Pos {
+				v = append(v, fmt.Sprintf("%s: a %s (barrier %v, incarnation %d) after pos %d is not a segment of the final log: record %d is %q at pos %d",
+					cell, r.src, r.barrier, r.inc, r.after, i+1, d, rec.Pos))
 				break
 			}
 		}
@@ -160,8 +183,27 @@ type (
 		pos     replication.Pos // for an acknowledged append
 		unknown bool
 	}
-	readIn struct{}
+	// readIn is a read of the records after position after. The simulation
+	// reads the whole log (after 0) unless GC compacted its start into a
+	// snapshot; then it reads the records after the snapshot, and what it
+	// returns is the log without its first after records. The model needs
+	// only that (a barrier read from a snapshot is still linearizable: the
+	// records it skips are in the snapshot, immutable, and checked against
+	// the final log by checkReads and checkSnapshots).
+	readIn struct{ after int }
 )
+
+// dropRecords is log ("|"-joined) without its first n records.
+func dropRecords(log string, n int) string {
+	for ; n > 0 && log != ""; n-- {
+		i := strings.IndexByte(log[1:], '|')
+		if i < 0 {
+			return ""
+		}
+		log = log[1+i:]
+	}
+	return log
+}
 
 func joined(recs []replication.Record) string {
 	var b strings.Builder
@@ -187,7 +229,7 @@ var logModel = porcupine.NondeterministicModel{
 			}
 			return []any{next}
 		case readIn:
-			if output.(string) == s.log {
+			if in.after <= s.n && output.(string) == dropRecords(s.log, in.after) {
 				return []any{s}
 			}
 		}
@@ -200,8 +242,10 @@ var logModel = porcupine.NondeterministicModel{
 				return fmt.Sprintf("append(%s) → ?", in.data)
 			}
 			return fmt.Sprintf("append(%s) → %d", in.data, in.pos)
+		case readIn:
+			return fmt.Sprintf("read(after %d) → %s", in.after, output)
 		default:
-			return fmt.Sprintf("read() → %s", output)
+			return fmt.Sprintf("%v → %v", input, output)
 		}
 	},
 	DescribeState: func(state any) string { return fmt.Sprintf("%d: %s", state.(logState).n, state.(logState).log) },
@@ -215,11 +259,11 @@ var logModel = porcupine.NondeterministicModel{
 // must not apply, and checkFinal and checkReads make sure they never show.
 //
 // The final read settles every unknown outcome, and the checker settles it
-// up front to keep the search small: nothing is ever deleted in the
-// simulation (no GC), so a record absent from the final log never applied
-// (the append is left out), and one present applied at the position it has
-// there. The model still accepts applied-or-not for an unknown append
-// without a position.
+// up front to keep the search small: the final log is the whole log even
+// after GC (the newest snapshot's state holds every record it covers), so
+// a record absent from it never applied (the append is left out), and one
+// present applied at the position it has there. The model still accepts
+// applied-or-not for an unknown append without a position.
 func (w *world) checkLinearizable(cell string) []string {
 	finalPos := map[string]replication.Pos{}
 	for _, r := range w.final[cell] {
@@ -243,7 +287,7 @@ func (w *world) checkLinearizable(cell string) []string {
 	}
 	for _, r := range w.h.reads {
 		if r.cell == cell && r.barrier {
-			ops = append(ops, porcupine.Operation{ClientId: r.inc, Input: readIn{}, Output: joined(r.recs), Call: r.call, Return: r.ret})
+			ops = append(ops, porcupine.Operation{ClientId: r.inc, Input: readIn{after: int(r.after)}, Output: joined(r.recs), Call: r.call, Return: r.ret})
 		}
 	}
 	end := w.h.now()

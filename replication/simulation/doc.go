@@ -4,13 +4,18 @@
 // DESIGN.md. It is test-only: everything lives in _test.go files.
 //
 // Each seed draws a schedule — client operations (append, read with and
-// without a barrier, claim, forced claim, release) and faults (latency,
-// errors before and after apply, lost responses, 409, 503, hung and
-// late-landing requests, partitions, paused and crashed nodes, wall clocks
-// jumping by hours) — and plays it in a testing/synctest bubble, so virtual
-// time makes a run of a minute take milliseconds. The checkers then judge
-// the history: porcupine for linearizability of each cell's log, and direct
-// invariants for the rest.
+// without a barrier, claim, forced claim, release, snapshot, GC) and faults
+// (latency, errors before and after apply, lost responses, 409, 503, hung
+// and late-landing requests, partitions, paused and crashed nodes, wall
+// clocks jumping by hours) — and plays it in a testing/synctest bubble, so
+// virtual time makes a run of a minute take milliseconds. Snapshots and GC
+// runs come from a random stream of their own, merged into the schedule by
+// time, so adding them changed no other draw of any seed. The checkers
+// then judge the history: porcupine for linearizability of each cell's
+// log, and direct invariants for the rest. A snapshot's state is the log
+// up to it, so after GC the final restore (the newest snapshot, then the
+// records after it) is still the whole log, and a read that finds its
+// start compacted reads on from the snapshot (compact_test.go).
 //
 //	go test ./replication/simulation                        # 200 seeds
 //	go test ./replication/simulation -seeds 1000            # more

@@ -43,13 +43,42 @@ type appendOp struct {
 	err        error
 }
 
-// readOp is one successful read of a whole cell log (after position 0).
+// readOp is one successful read: the records after position after, to the
+// end of the chain. Reads ask for the whole log (after 0); one that finds
+// those positions compacted reads from the newest snapshot on instead, as
+// an application would, and is then the segment after the snapshot.
 type readOp struct {
 	cell      string
 	inc       int
 	barrier   bool
+	src       string // "read", or "restore" for a snapshot's restore (never a barrier)
+	after     replication.Pos
+	until     replication.Pos // > 0: the read stops before this position (Log.Restore stops at the log's start)
 	call, ret int64
 	recs      []replication.Record
+}
+
+// snapOp is one snapshot: the records it covers (decoded from the state it
+// wrote, so the checkers see what the snapshot says), the state itself, and
+// what Log.Snapshot answered. It is recorded whatever the answer: a write
+// with an unknown outcome may have landed.
+type snapOp struct {
+	cell    string
+	inc     int
+	key     string
+	epoch   uint64
+	upTo    replication.TxID
+	recs    []replication.Record
+	state   []byte
+	nextPos replication.Pos // as Log.Snapshot returned it; 0 on error
+	err     error
+}
+
+// gcOp is one GC run.
+type gcOp struct {
+	cell, by string
+	deleted  int
+	err      error
 }
 
 // leaseRec is one minted lease.
@@ -74,7 +103,11 @@ type history struct {
 	appends    []*appendOp
 	reads      []*readOp
 	leases     []*leaseRec
-	violations []string // found while running (the liveness invariant)
+	snaps      []*snapOp
+	gcs        []*gcOp
+	compacted  int          // reads that found their positions compacted and read from a snapshot
+	gcRaces    atomic.Int64 // fencing walks that met a hole GC made and started again
+	violations []string     // found while running (the liveness invariant)
 	trace      []string
 	start      time.Time
 }
@@ -90,6 +123,18 @@ func (h *history) addAppend(a *appendOp) {
 func (h *history) addRead(r *readOp) {
 	h.mu.Lock()
 	h.reads = append(h.reads, r)
+	h.mu.Unlock()
+}
+
+func (h *history) addSnap(s *snapOp) {
+	h.mu.Lock()
+	h.snaps = append(h.snaps, s)
+	h.mu.Unlock()
+}
+
+func (h *history) addGC(g *gcOp) {
+	h.mu.Lock()
+	h.gcs = append(h.gcs, g)
 	h.mu.Unlock()
 }
 

@@ -1,8 +1,10 @@
 package simulation
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,7 +15,10 @@ import (
 type simConfig struct {
 	nodes, cells int
 	ttl          time.Duration
-	steps        int
+	steps        int // of the main stream
+	// finalGC runs GC on every cell once the run is over, before the final
+	// restore (drawn by planCompaction).
+	finalGC bool
 }
 
 // kind is what a step does.
@@ -36,15 +41,21 @@ const (
 	fCrash     // the process dies without releasing; restarted with the same node id
 	fClock     // the node's wall clock jumps by hours (or back to true)
 	fStraggle  // a share of the node's conditional PUTs land late
+	// Compaction, drawn from a stream of its own (see planCompaction).
+	opSnapshot // the cell's owner snapshots its log at a durable txid
+	opGC       // GC of the cell, by a node or by an out-of-band operator
 	nKinds
 )
 
 var kindNames = [...]string{"append", "read", "barrier-read", "claim", "forced-claim", "release", "stop",
-	"latency", "errors", "partition", "pause", "crash", "clock", "straggle"}
+	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc"}
 
 func (k kind) String() string { return kindNames[k] }
 
-// weights of the kinds in a schedule.
+// weights of the kinds in the main schedule. Snapshots and GC weigh
+// nothing here: they come from planCompaction's own stream, so adding them
+// left every draw of the main stream — and every older seed's schedule of
+// the other kinds — as it was.
 var weights = [nKinds]int{
 	opAppend: 40, opRead: 7, opBarrier: 10, opClaim: 10, opForce: 2, opRelease: 4, opStop: 1,
 	fLatency: 3, fErrors: 6, fPartition: 2, fPause: 2, fCrash: 1, fClock: 2, fStraggle: 3,
@@ -61,9 +72,19 @@ type step struct {
 	fault fakes3.Fault  // fErrors
 	pct   int           // share of requests hit, in percent
 	op    fakes3.Op     // fErrors, fLatency: "" = every kind
-	lat   time.Duration // fLatency: the latency added
+	lat   time.Duration // fLatency: the latency added; opGC: the latency of its every request
 	reply bool          // fLatency: added to the reply (after the request applied), not before
 	skew  time.Duration // fClock
+	// opSnapshot: where between the log's start and its head, in permille;
+	// atStart snapshots exactly the state the log started from, rebuilt
+	// with Log.Restore.
+	frac    int
+	atStart bool
+	// opGC: operator is an out-of-band GC on a client of its own, whose
+	// every request takes lat, and whose first DELETE waits stall first (a
+	// GC that listed, then stalled, and deletes from an old listing).
+	operator bool
+	stall    time.Duration
 }
 
 func (s step) String() string {
@@ -90,6 +111,18 @@ func (s step) String() string {
 		fmt.Fprintf(&b, " restart after %v", s.dur)
 	case fClock:
 		fmt.Fprintf(&b, " skew %v", s.skew)
+	case opSnapshot:
+		if s.atStart {
+			fmt.Fprintf(&b, " c%d at the log's start", s.cell)
+		} else {
+			fmt.Fprintf(&b, " c%d at %d‰ of the log", s.cell, s.frac)
+		}
+	case opGC:
+		if s.operator {
+			fmt.Fprintf(&b, " c%d by the operator, %v per request, stalls %v", s.cell, s.lat, s.stall)
+		} else {
+			fmt.Fprintf(&b, " c%d, %v per request", s.cell, s.lat)
+		}
 	}
 	return b.String()
 }
@@ -161,5 +194,92 @@ func plan(seed uint64) (simConfig, []step) {
 		}
 		steps[i] = s
 	}
-	return cfg, steps
+	extra, finalGC := planCompaction(seed, cfg, steps)
+	cfg.finalGC = finalGC
+	return cfg, merge(steps, extra)
+}
+
+// compactionSeed derives the seed of planCompaction's stream. Drawing the
+// snapshots and GC runs from a stream of their own keeps every draw of the
+// main stream, and so every older seed's schedule of the other kinds,
+// unchanged.
+const compactionSeed = 0xc0ffee5eed
+
+// at is a step at an absolute time of the run (gap unused).
+type at struct {
+	t time.Duration
+	s step
+}
+
+// planCompaction draws the snapshots and GC runs of a schedule, over the
+// time the main steps span. Snapshots come about every 1.5 s, GC runs
+// about every 2.5 s, so GC mostly finds a newer snapshot and files to
+// delete. Every GC request takes 10–200 ms (a GC pays a round trip per
+// file), so that deletions overlap claims, fencing walks, reads and
+// appends; a third of the runs are an out-of-band operator's, and half of
+// those stall between their LIST and their first DELETE.
+func planCompaction(seed uint64, cfg simConfig, main []step) (extra []at, finalGC bool) {
+	rng := rand.New(rand.NewPCG(seed^compactionSeed, 0x9c))
+	finalGC = rng.IntN(2) == 0
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	var end time.Duration
+	for _, s := range main {
+		end += s.gap
+	}
+	for _, k := range []struct {
+		kind kind
+		mean int // ms between two steps of the kind, on average
+	}{{opSnapshot, 1500}, {opGC, 2500}} {
+		for t := ms(0, k.mean); t <= end; t += ms(0, 2*k.mean) {
+			s := step{kind: k.kind, node: rng.IntN(cfg.nodes), cell: rng.IntN(cfg.cells)}
+			switch k.kind {
+			case opSnapshot:
+				s.frac = rng.IntN(1001)
+				if rng.IntN(4) == 0 {
+					s.frac = 1000 // at the head: the most common choice of an application
+				}
+				s.atStart = rng.IntN(5) == 0
+			case opGC:
+				s.lat = ms(10, 200)
+				if rng.IntN(3) == 0 {
+					s.operator = true
+					if rng.IntN(2) == 0 {
+						s.stall = ms(100, 3*int(cfg.ttl/time.Millisecond))
+					}
+				}
+			}
+			extra = append(extra, at{t: t, s: s})
+		}
+	}
+	return extra, finalGC
+}
+
+// merge places extra steps among the main ones by time: every main step
+// keeps its absolute time (its gap is split around the extra steps that
+// fall inside it), and an extra step at the same time as a main one comes
+// after it.
+func merge(main []step, extra []at) []step {
+	slices.SortStableFunc(extra, func(a, b at) int { return cmp.Compare(a.t, b.t) })
+	out := make([]step, 0, len(main)+len(extra))
+	var now, t time.Duration // now: time of the last step placed; t: of the next main step
+	j := 0
+	for _, s := range main {
+		t += s.gap
+		for ; j < len(extra) && extra[j].t < t; j++ {
+			e := extra[j].s
+			e.gap = extra[j].t - now
+			now = extra[j].t
+			out = append(out, e)
+		}
+		s.gap = t - now
+		now = t
+		out = append(out, s)
+	}
+	for ; j < len(extra); j++ {
+		e := extra[j].s
+		e.gap = extra[j].t - now
+		now = extra[j].t
+		out = append(out, e)
+	}
+	return out
 }

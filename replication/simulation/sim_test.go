@@ -75,10 +75,24 @@ func simulate(t *testing.T, seed uint64, retries int) result {
 	for _, l := range w.h.leases {
 		reasons[l.reason]++
 	}
-	r.stats = fmt.Sprintf("appends ok %d, refused %d, unknown %d; reads %d (barrier %d); leases %d %v; incarnations %d; fences %d",
-		n[acked], n[refused], n[unknown], len(w.h.reads), barrier, len(w.h.leases), reasons, len(w.incs), strings.Count(r.trace, " fenced ("))
+	snaps, gcs, deleted := 0, 0, 0
+	for _, s := range w.h.snaps {
+		if s.err == nil {
+			snaps++
+		}
+	}
+	for _, g := range w.h.gcs {
+		if g.err == nil {
+			gcs++
+		}
+		deleted += g.deleted
+	}
+	r.stats = fmt.Sprintf("appends ok %d, refused %d, unknown %d; reads %d (barrier %d, from a snapshot %d); leases %d %v; incarnations %d; fences %d; snapshots %d; gc runs %d, files deleted %d; fencing walks restarted after a race with GC %d",
+		n[acked], n[refused], n[unknown], len(w.h.reads), barrier, w.h.compacted, len(w.h.leases), reasons, len(w.incs), strings.Count(r.trace, " fenced ("),
+		snaps, gcs, deleted, w.h.gcRaces.Load())
 	r.counts = map[string]int{"ok": n[acked], "refused": n[refused], "unknown": n[unknown], "reads": len(w.h.reads),
-		"barrier": barrier, "incarnations": len(w.incs), "fences": strings.Count(r.trace, " fenced (")}
+		"barrier": barrier, "incarnations": len(w.incs), "fences": strings.Count(r.trace, " fenced ("),
+		"snapshots": snaps, "gc": gcs, "gc-deleted": deleted, "reads-from-snapshot": w.h.compacted, "fence-gc-races": int(w.h.gcRaces.Load())}
 	for k, c := range reasons {
 		r.counts["lease:"+k] = c
 	}
@@ -151,7 +165,8 @@ func TestSimulation(t *testing.T) {
 // Seeds that found bugs in the protocol, kept as regression tests. A seed
 // replays its schedule (a pure function of the seed and of plan in this
 // version of the simulation), so each one keeps exercising the situation
-// that broke; owner/simfound_test.go pins each bug deterministically.
+// that broke; owner/simfound_test.go and, for the data path,
+// replication/resurrect_test.go pin each bug deterministically.
 var regressions = []struct {
 	seed uint64
 	bug  string
@@ -161,6 +176,8 @@ var regressions = []struct {
 	{4974, "owner: a cached view older than the record being judged called a restarted owner dead"},
 	{5402, "owner: the renewal loop's unbounded peer refresh held it past its fence deadline under a slow store"},
 	{1007280, "owner: a failed read after a failed release was taken for a takeover; Close stopped renewing before it stopped acting"},
+	{3253, "replication: a read below a snapshot started from a record file a late PUT wrote again after GC deleted it, and returned the log cut short"},
+	{5009, "replication: a read below a snapshot started from a record file a late PUT wrote again after GC deleted it, and returned the log cut short"},
 }
 
 func TestRegressions(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,9 +39,12 @@ type world struct {
 	incs    []*incarnation
 	crashed map[string]bool // clients partitioned forever
 	rules   int
-	final   map[string][]replication.Record // each cell's log at the end
+	final   map[string][]replication.Record // each cell's log at the end: the newest snapshot's records, then the rest
 	finalE  map[string]error
 	files   map[string][]*replication.File // each cell's .ltx files at the end
+	// finalSnap is the snapshot the final restore started from, if any.
+	finalSnap map[string]*replication.Snapshot
+	markers   markerWatch
 }
 
 // simNode is a node id; its process may be restarted (new incarnation).
@@ -108,6 +112,7 @@ func newWorld(seed uint64, retries int) *world {
 		final:      map[string][]replication.Record{},
 		finalE:     map[string]error{},
 		files:      map[string][]*replication.File{},
+		finalSnap:  map[string]*replication.Snapshot{},
 	}
 	for i := range cfg.nodes {
 		w.nodes = append(w.nodes, &simNode{w: w, idx: i, name: fmt.Sprintf("n%d", i)})
@@ -119,13 +124,15 @@ func newWorld(seed uint64, retries int) *world {
 }
 
 func (w *world) logOpts() []replication.Option {
-	return []replication.Option{replication.WithRequestTimeout(w.reqTimeout), replication.WithBackoff(20*time.Millisecond, time.Second)}
+	return []replication.Option{replication.WithRequestTimeout(w.reqTimeout), replication.WithBackoff(20*time.Millisecond, time.Second),
+		replication.WithLogger(slog.New(protoLog{w.h}))}
 }
 
 // run plays the schedule, then winds everything down and reads the final
 // state. It must run inside a synctest bubble.
 func (w *world) run() {
 	w.h.start = time.Now()
+	w.watchMarkers()
 	for _, n := range w.nodes {
 		inc := w.newIncarnation(n)
 		if err := inc.node.Open(context.Background()); err != nil {
@@ -362,6 +369,15 @@ func (w *world) do(i int, s step) {
 		w.goOp(func(ctx context.Context) { w.claim(ctx, n, cell, s.kind == opForce) })
 	case opRelease:
 		w.goOp(func(ctx context.Context) { w.release(ctx, n, cell) })
+	case opSnapshot:
+		w.goOp(func(ctx context.Context) { w.snapshot(ctx, n, cell, s) })
+	case opGC:
+		// A stalled operator's GC gets its stall on top of the deadline.
+		w.ops.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), w.opTimeout+s.stall)
+			defer cancel()
+			w.gc(ctx, n, cell, s)
+		})
 	case opStop:
 		if inc := n.current(); inc != nil {
 			n.restart(inc, false, 0)
@@ -471,20 +487,43 @@ func (w *world) read(ctx context.Context, n *simNode, cell string, barrier bool)
 	if inc == nil || cl == nil && barrier {
 		return
 	}
-	r := &readOp{cell: cell, inc: inc.id, barrier: barrier, call: w.h.now()}
-	var err error
-	if cl != nil {
-		r.recs, err = cl.log.Read(ctx, 0, 0, barrier)
-	} else {
-		r.recs, err = replication.Read(ctx, inc.b, cell, 0, 0, w.logOpts()...)
+	r := &readOp{cell: cell, inc: inc.id, barrier: barrier, src: "read", call: w.h.now()}
+	read := func(after replication.Pos) ([]replication.Record, error) {
+		if cl != nil {
+			return cl.log.Read(ctx, after, 0, barrier)
+		}
+		return replication.Read(ctx, inc.b, cell, after, 0, w.logOpts()...)
+	}
+	recs, err := read(0)
+	// Positions from 1 on compacted into a snapshot: an application
+	// restores from the newest snapshot and reads the records after it, so
+	// the read becomes the segment after the snapshot. A newer snapshot and
+	// GC may come between the two, hence the loop.
+	for try := 0; try < 3 && errors.Is(err, replication.ErrCompacted); try++ {
+		var snap *replication.Snapshot
+		if snap, err = replication.LatestSnapshot(ctx, inc.b, cell, w.logOpts()...); err != nil {
+			break
+		}
+		if snap == nil {
+			w.h.violate("%s: a read by %s was told its positions are compacted, and the cell has no snapshot", cell, inc.client)
+			return
+		}
+		r.after = snap.NextPos - 1
+		recs, err = read(r.after)
 	}
 	r.ret = w.h.now()
 	if err != nil {
-		w.h.logf("read %s by %s (barrier %v): %s", cell, inc.client, barrier, shortErr(err))
+		w.readFailed(cell, inc, fmt.Sprintf("read (barrier %v)", barrier), err)
 		return
 	}
+	r.recs = recs
 	w.h.addRead(r)
-	w.h.logf("read %s by %s (barrier %v): %d records", cell, inc.client, barrier, len(r.recs))
+	if r.after > 0 {
+		w.h.mu.Lock()
+		w.h.compacted++
+		w.h.mu.Unlock()
+	}
+	w.h.logf("read %s by %s (barrier %v): %d records after %d", cell, inc.client, barrier, len(r.recs), r.after)
 }
 
 func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) {
@@ -574,11 +613,31 @@ func (w *world) finish() {
 	w.bg.Wait()
 	ctx := context.Background()
 	for _, cell := range w.cells {
+		if w.cfg.finalGC {
+			// Every chain is sealed now: GC deletes everything the newest
+			// snapshot covers, and the restore below starts from it.
+			rep, err := replication.GC(ctx, w.mem, cell, replication.GCOptions{})
+			w.h.addGC(&gcOp{cell: cell, by: "final", deleted: len(rep.Deleted), err: err})
+			w.h.logf("final gc %s: %d deleted %v", cell, len(rep.Deleted), shortErr(err))
+		}
 		var recs []replication.Record
-		_, err := replication.Restore(ctx, w.mem, cell, nil, func(r replication.Record) error {
+		var snap *replication.Snapshot
+		_, err := replication.Restore(ctx, w.mem, cell, func(s replication.Snapshot) error {
+			snap = &s
+			return nil
+		}, func(r replication.Record) error {
 			recs = append(recs, r)
 			return nil
 		})
+		if err == nil && snap != nil {
+			// The whole log: the records the snapshot covers, then the rest.
+			var covered []replication.Record
+			if covered, err = decodeState(snap.State); err != nil {
+				err = fmt.Errorf("snapshot %s: %w", snap.Key, err)
+			}
+			recs = append(covered, recs...)
+			w.finalSnap[cell] = snap
+		}
 		w.final[cell], w.finalE[cell] = recs, err
 		for _, key := range w.mem.Keys(replication.LogPrefix(cell)) {
 			if !strings.HasSuffix(key, ".ltx") {
