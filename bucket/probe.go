@@ -35,6 +35,7 @@ const (
 	ProbeUpdateStale    = "update-stale"
 	ProbeIfMatchMissing = "if-match-missing"
 	ProbeDelete         = "conditional-delete"
+	ProbeListAfterWrite = "list-after-write"
 	ProbeRace           = "race"
 	ProbeCleanup        = "cleanup"
 )
@@ -96,6 +97,9 @@ type ProbeQuirks struct {
 	IfMatchMissingStatus int `json:"if_match_missing_status,omitempty"`
 	// ConditionalDelete reports whether DELETE honours If-Match.
 	ConditionalDelete bool `json:"conditional_delete"`
+	// ListAfterWrite reports whether a LIST right after a PUT showed the
+	// new object, and one right after a DELETE no longer did.
+	ListAfterWrite bool `json:"list_after_write"`
 	// QuotedETags reports whether the store returns ETags in double quotes.
 	QuotedETags bool `json:"quoted_etags"`
 	// Observed lists the IDs of the rows of the Quirks table the store
@@ -245,8 +249,8 @@ func (r ProbeReport) WriteText(w io.Writer) error {
 	if q.IfMatchMissingStatus != 0 {
 		imm = fmt.Sprint(q.IfMatchMissingStatus)
 	}
-	fmt.Fprintf(&b, "quirks: if-match on missing key -> %s; conditional delete: %s; quoted etags: %s",
-		imm, yesNo(q.ConditionalDelete), yesNo(q.QuotedETags))
+	fmt.Fprintf(&b, "quirks: if-match on missing key -> %s; conditional delete: %s; list after write: %s; quoted etags: %s",
+		imm, yesNo(q.ConditionalDelete), yesNo(q.ListAfterWrite), yesNo(q.QuotedETags))
 	if len(q.Observed) > 0 {
 		fmt.Fprintf(&b, " (quirks table: %s)", strings.Join(q.Observed, ", "))
 	}
@@ -432,6 +436,7 @@ func (p *prober) runChecks(ctx context.Context) error {
 		{ProbeUpdateStale, func() step { return p.checkUpdateStale(ctx) }},
 		{ProbeIfMatchMissing, func() step { return p.checkIfMatchMissing(ctx) }},
 		{ProbeDelete, func() step { return p.checkDelete(ctx) }},
+		{ProbeListAfterWrite, func() step { return p.checkListAfterWrite(ctx) }},
 		{ProbeRace, func() step { return p.checkRace(ctx) }},
 	}
 	for _, c := range checks {
@@ -756,6 +761,51 @@ func (p *prober) checkDelete(ctx context.Context) step {
 	return pass("DELETE with If-Match: stale ETag refused (412), current ETag accepted")
 }
 
+// checkListAfterWrite looks for listings that lag behind writes. Safety
+// never rests on LIST, with one exception: a walk that meets a hole at the
+// very start of a chain learns that GC made it (rather than that the chain
+// ends there) only from a fresh LIST showing the snapshot. On a store whose
+// listings lag, deed works, but GC must not run while cells are opened or
+// read, so this is a warning, not a failure. One pass proves nothing about
+// consistency in general; a lag it does see is proof of the opposite.
+func (p *prober) checkListAfterWrite(ctx context.Context) step {
+	const key = "listed"
+	etag, err := p.put(ctx, key, p.body("listed"), IfAbsent)
+	if err != nil {
+		return abort("create", err)
+	}
+	shown := func() (bool, error) {
+		page, err := ListAll(ctx, p.b, ListInput{Prefix: key})
+		if err != nil {
+			return false, err
+		}
+		for _, o := range page.Objects {
+			if o.Key == key && SameETag(o.ETag, etag) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	ok, err := shown()
+	if err != nil {
+		return abort("list", err)
+	}
+	if !ok {
+		return warn("LIST right after a PUT did not show the new object: listings lag behind writes; run deed gc only while no cell is being opened or read")
+	}
+	if err := p.b.Delete(ctx, key, Condition{}); err != nil {
+		return abort("delete", err)
+	}
+	if ok, err = shown(); err != nil {
+		return abort("list", err)
+	}
+	if ok {
+		return warn("LIST right after a DELETE still showed the object: listings lag behind writes; run deed gc only while no cell is being opened or read")
+	}
+	p.report.Quirks.ListAfterWrite = true
+	return pass("LIST showed a new object at once and stopped showing it once deleted")
+}
+
 // unsupportedDelete: a conditional DELETE refused with a definite client
 // error (501 NotImplemented, 400): the store does not implement it. Since a
 // delete is not part of the safety contract, this is only a warning.
@@ -891,13 +941,25 @@ func (p *prober) cleanup(ctx context.Context) error {
 	for _, k := range keys {
 		del(k)
 	}
-	left, err := listRetry(ctx, p.b)
 	var ours, foreign []string
-	for _, k := range left {
-		if p.written[k] {
-			ours = append(ours, k)
-		} else {
-			foreign = append(foreign, k)
+	var err error
+	// A store whose listings lag (see checkListAfterWrite) may still list
+	// keys just deleted: look again a few times before calling them left.
+	for attempt := 0; attempt < 4; attempt++ {
+		var left []string
+		if left, err = listRetry(ctx, p.b); err != nil {
+			break
+		}
+		ours, foreign = ours[:0], foreign[:0]
+		for _, k := range left {
+			if p.written[k] {
+				ours = append(ours, k)
+			} else {
+				foreign = append(foreign, k)
+			}
+		}
+		if len(ours) == 0 || attempt == 3 || !sleepCtx(ctx, time.Duration(100<<attempt)*time.Millisecond) {
+			break
 		}
 	}
 	check := ProbeCheck{Name: ProbeCleanup, Duration: time.Since(start)}

@@ -40,7 +40,7 @@ func TestProbeMemPasses(t *testing.T) {
 	}
 	want := []string{
 		bucket.ProbeCreate, bucket.ProbeETag, bucket.ProbeCreateRejected, bucket.ProbeUpdate,
-		bucket.ProbeUpdateStale, bucket.ProbeIfMatchMissing, bucket.ProbeDelete, bucket.ProbeRace, bucket.ProbeCleanup,
+		bucket.ProbeUpdateStale, bucket.ProbeIfMatchMissing, bucket.ProbeDelete, bucket.ProbeListAfterWrite, bucket.ProbeRace, bucket.ProbeCleanup,
 	}
 	var got []string
 	for _, c := range rep.Checks {
@@ -399,4 +399,55 @@ func text(r bucket.ProbeReport) string {
 	var b bytes.Buffer
 	_ = r.WriteText(&b)
 	return b.String()
+}
+
+// lagging is a store whose listings show a write only from the second LIST
+// after it (and a delete likewise), as an eventually consistent index does.
+type lagging struct {
+	bucket.Bucket
+	mu     sync.Mutex
+	listed map[string]string // key → the ETag the previous LIST saw ("" = absent)
+}
+
+func (l *lagging) List(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
+	page, err := l.Bucket.List(ctx, in)
+	if err != nil {
+		return page, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := map[string]string{}
+	var shown []bucket.Info
+	for _, o := range page.Objects {
+		now[o.Key] = o.ETag
+		if _, seen := l.listed[o.Key]; seen {
+			shown = append(shown, o)
+		}
+	}
+	for k := range l.listed {
+		if _, ok := now[k]; !ok {
+			shown = append(shown, bucket.Info{Key: k, ETag: l.listed[k]}) // deleted, still listed once
+		}
+	}
+	l.listed = now
+	page.Objects = shown
+	return page, nil
+}
+
+// A store whose listings lag behind writes passes with a warning: deed
+// works on it, but GC must not run while cells are opened or read.
+func TestProbeListThatLagsIsAWarning(t *testing.T) {
+	m := fakes3.NewMem()
+	b := &lagging{Bucket: m, listed: map[string]string{}}
+	rep, err := bucket.Probe(t.Context(), b, bucket.ProbeOptions{Racers: 4})
+	if err != nil {
+		t.Fatalf("Probe: %v\n%s", err, text(rep))
+	}
+	c, _ := rep.Check(bucket.ProbeListAfterWrite)
+	if !rep.OK || rep.Verdict != bucket.VerdictWarn || !c.OK || !c.Warning || rep.Quirks.ListAfterWrite {
+		t.Fatalf("verdict %q, check %+v, quirks %+v: want a warning\n%s", rep.Verdict, c, rep.Quirks, text(rep))
+	}
+	if !strings.Contains(c.Detail, "did not show the new object") {
+		t.Errorf("detail %q", c.Detail)
+	}
 }

@@ -109,7 +109,7 @@ func TestProbeJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 			t.Fatalf("stdout is not a JSON report: %v\n%s", err, r.stdout)
 		}
-		if !rep.OK || rep.Verdict != bucket.VerdictPass || len(rep.Checks) != 9 || rep.Quirks.IfMatchMissingStatus != 404 {
+		if !rep.OK || rep.Verdict != bucket.VerdictPass || len(rep.Checks) != 10 || rep.Quirks.IfMatchMissingStatus != 404 || !rep.Quirks.ListAfterWrite {
 			t.Errorf("report = %+v", rep)
 		}
 	})
