@@ -50,8 +50,11 @@ type Hooks struct {
 	// Renew is called after every node-lease renewal attempt ("ok",
 	// "error", "replaced").
 	Renew func(result string)
-	// Fence is called once when the node fences itself, with the reason
-	// ("expired", "replaced", "deleted").
+	// Fence is called once when the node fences itself, with the reason:
+	// "unreachable" (the deadline passed after renewal attempts failed:
+	// the store or the network), "expired" (it passed with no attempt
+	// failing: this process was paused or too slow, or the answer came
+	// too late), "replaced" or "deleted" (someone else wrote the lease).
 	Fence func(reason string)
 }
 
@@ -277,6 +280,7 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 	interval := p.TTL / 3
 	next := lastSend.Add(interval)
 	backoff := p.TTL / 50
+	var failed error // the last renewal attempt's error, nil after a success
 	for {
 		deadline := FenceDeadline(lastSend, p)
 		wait := time.Until(next)
@@ -294,7 +298,11 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
-			n.fence("expired", fmt.Errorf("no renewal succeeded within ttl-margin (%v) of %v", p.TTL-p.Margin, lastSend.Format(time.RFC3339Nano)))
+			if failed != nil {
+				n.fence("unreachable", fmt.Errorf("no renewal succeeded within ttl-margin (%v) of %v; last attempt: %w", p.TTL-p.Margin, lastSend.Format(time.RFC3339Nano), failed))
+			} else {
+				n.fence("expired", fmt.Errorf("no renewal attempt within ttl-margin (%v) of %v: the process was paused or too slow", p.TTL-p.Margin, lastSend.Format(time.RFC3339Nano)))
+			}
 			return
 		}
 		sent := now
@@ -312,6 +320,7 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 		}
 		switch result {
 		case "ok":
+			failed = nil
 			lastSend = sent
 			next = sent.Add(interval)
 			backoff = p.TTL / 50
@@ -334,6 +343,7 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 			}
 			// Retry promptly: two slow renewals in a row must not fence a
 			// node that still has authority.
+			failed = err
 			n.log.Warn("node lease renewal failed; retrying", "err", err, "fence_in", time.Until(deadline))
 			next = time.Now().Add(backoff)
 			backoff = min(backoff*2, interval/2)

@@ -373,3 +373,58 @@ func TestRenewalInFlightNeverOutlivesTheFenceDeadline(t *testing.T) {
 		}
 	})
 }
+
+// deafPut answers PUTs only after delay, whatever the context says: a
+// store that ignores the client's deadline, or a process too slow to read
+// the answer in time.
+type deafPut struct {
+	bucket.Bucket
+	delay atomic.Int64
+}
+
+func (d *deafPut) Put(ctx context.Context, key string, body []byte, c bucket.Condition) (string, error) {
+	time.Sleep(time.Duration(d.delay.Load()))
+	return d.Bucket.Put(context.WithoutCancel(ctx), key, body, c)
+}
+
+// Fence reasons tell operators what happened: "unreachable" when renewal
+// attempts failed (the store or the network), "expired" when none failed
+// but none succeeded in time either (a paused or starved process, or an
+// answer that came too late).
+func TestFenceReasonsAreDistinct(t *testing.T) {
+	fenceReason := func(t *testing.T, b bucket.Bucket, after func()) string {
+		var reason atomic.Value
+		n, err := owner.NewNode(b, owner.Config{Name: "a", TTL: ttl, Margin: margin,
+			Hooks: owner.Hooks{Fence: func(r string) { reason.Store(r) }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Open(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer closeNode(n)
+		after()
+		time.Sleep(2 * ttl)
+		r, _ := reason.Load().(string)
+		return r
+	}
+	t.Run("unreachable", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := fakes3.NewMem()
+			got := fenceReason(t, m.Client("a"), func() { m.Partition("a", true) })
+			if got != "unreachable" {
+				t.Fatalf("reason %q, want unreachable", got)
+			}
+		})
+	})
+	t.Run("expired", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := fakes3.NewMem()
+			d := &deafPut{Bucket: m}
+			got := fenceReason(t, d, func() { d.delay.Store(int64(ttl)) })
+			if got != "expired" {
+				t.Fatalf("reason %q, want expired", got)
+			}
+		})
+	})
+}

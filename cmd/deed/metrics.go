@@ -42,7 +42,7 @@ func newMetrics() *metrics {
 	m.s3Requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_s3_requests_total", Help: "Store requests by operation and outcome (ok, not_found, precondition, conflict, ambiguous, unavailable, denied, unsupported)."}, []string{"op", "outcome"})
 	m.s3Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "deed_s3_request_duration_seconds", Help: "Store request latency by operation.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"op"})
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_renewals_total", Help: "Node-lease renewal attempts by result (ok, error, replaced, deleted)."}, []string{"result"})
-	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (expired, replaced, deleted)."}, []string{"reason"})
+	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (unreachable, expired, replaced, deleted)."}, []string{"reason"})
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
 	for _, c := range []prometheus.Collector{m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
 		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld} {
