@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -170,6 +171,13 @@ func (b *s3Bucket) writeClient(ctx context.Context, cond Condition) (*s3.Client,
 // classifySDK extracts the HTTP status and S3 error code from an SDK error and
 // hands them to Classify, the one place that decides what they mean.
 func classifySDK(op, key string, cond Condition, err error) *OpError {
+	if noCredentials(err) {
+		// The request was never sent (it could not be signed), so even a
+		// conditional write is definitely not applied.
+		return &OpError{Op: op, Key: key, Kind: ErrAccessDenied, Err: fmt.Errorf(
+			"no usable AWS credentials (searched: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws, SSO, an instance role; "+
+				"deed's embedded and fake stores accept any values): %w", err)}
+	}
 	status, code := 0, ""
 	var re interface{ HTTPStatusCode() int }
 	if errors.As(err, &re) {
@@ -180,6 +188,16 @@ func classifySDK(op, key string, cond Condition, err error) *OpError {
 		code = ae.ErrorCode()
 	}
 	return Classify(op, key, cond, status, code, err)
+}
+
+// noCredentials reports the SDK's failure to find credentials. It arrives
+// as a plain wrapped error ("get identity: get credentials: …") from the
+// signing step, with no type to match; it may carry the 403 of an
+// instance-metadata probe, which would otherwise read as a store refusing
+// the request, or no status at all, which would read as the store being
+// down.
+func noCredentials(err error) bool {
+	return strings.Contains(err.Error(), "get identity: ")
 }
 
 // badKey reports a key deed refuses to send: S3 stores and path-style
