@@ -139,6 +139,12 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			newETag = got
 		}
 		l := n.mint(cell, rec, newETag)
+		if err := l.Err(); err != nil {
+			// The record names this node at rec.Epoch, but the node stopped
+			// acting before the claim landed; peers take the cell over once
+			// they see it dead.
+			return nil, d.Reason, bucket.Wrap(err, "claim %s", cell)
+		}
 		n.log.Info("claimed", "cell", cell, "epoch", rec.Epoch, "reason", d.Reason, "prev_node", cur.Record.Node)
 		return l, d.Reason, nil
 	}
@@ -187,9 +193,19 @@ func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, st
 
 // mint constructs the lease for a claim that applied. A lease this node
 // already held on the cell is superseded: re-entry fences it.
+//
+// A node that fenced or closed while the claim was in flight has already
+// ended every lease it held, and peers may call it dead from then on: the
+// new lease is born ended, with the node's error, never added to the held
+// leases that nothing would end any more.
 func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 	l := &Lease{cell: cell, epoch: rec.Epoch, node: rec.Node, nonce: rec.Nonce, etag: etag, rel: n, done: make(chan struct{})}
 	n.mu.Lock()
+	if ferr := n.ferr; ferr != nil {
+		n.mu.Unlock()
+		l.end(ferr)
+		return l
+	}
 	old := n.held[cell]
 	n.held[cell] = l
 	n.mu.Unlock()

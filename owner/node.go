@@ -307,7 +307,7 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 		}
 		sent := now
 		rctx, cancel := context.WithTimeout(ctx, RenewTimeout(now, deadline, p))
-		result, err := n.renew(rctx)
+		result, err := n.renew(rctx, deadline)
 		cancel()
 		if n.cfg.Hooks.Renew != nil {
 			n.cfg.Hooks.Renew(result)
@@ -371,39 +371,76 @@ func (n *Node) nextLeaseVersion(released bool) (body []byte, etag string) {
 	return n.nodeRecord(released).marshal(), n.etag
 }
 
-// renew writes the next lease version with If-Match on the last ETag.
-func (n *Node) renew(ctx context.Context) (string, error) {
+// renew writes the next lease version with If-Match on the last ETag. The
+// PUT is bounded by ctx (one attempt's timeout); reads that settle its
+// outcome get their own context up to the fence deadline, since the PUT's
+// may already have expired — the usual way an outcome becomes unknown.
+func (n *Node) renew(ctx context.Context, deadline time.Time) (string, error) {
 	key := NodeKey(n.cfg.Name)
 	body, etag := n.nextLeaseVersion(false)
 	newETag, err := n.b.Put(ctx, key, body, bucket.IfMatch(etag))
+	if err == nil {
+		n.setETag(newETag)
+		return "ok", nil
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
 	switch {
-	case err == nil:
 	case errors.Is(err, bucket.ErrPrecondition):
-		// 412, or 404 on If-Match (Classify maps it): find out which, for
-		// the operator; both fence at once.
-		if _, herr := n.b.Head(ctx, key); errors.Is(herr, bucket.ErrNotFound) {
-			return "deleted", fmt.Errorf("node lease %s was deleted", key)
-		}
-		return "replaced", fmt.Errorf("node lease %s was replaced by another writer", key)
+		// 412, or 404 on If-Match (Classify maps it). The lease moved:
+		// another writer, or an earlier renewal of ours that landed
+		// although its answer was lost.
+		return n.settleLease(rctx, key, nil, fmt.Errorf("renew node lease: %w", err))
 	case errors.Is(err, bucket.ErrAmbiguous), errors.Is(err, bucket.ErrConflict), errors.Is(err, bucket.ErrUnavailable):
-		got, gerr := n.b.Get(ctx, key)
-		if gerr != nil {
-			return "error", fmt.Errorf("renew node lease: %w (read back: %v)", err, gerr)
-		}
-		if string(got.Body) != string(body) {
-			if bucket.SameETag(got.ETag, etag) {
-				return "error", fmt.Errorf("renew node lease: %w", err) // did not land; retry
-			}
-			return "replaced", fmt.Errorf("node lease %s was replaced by another writer", key)
-		}
-		newETag = got.ETag
+		return n.settleLease(rctx, key, body, fmt.Errorf("renew node lease: %w", err))
 	default:
 		return "error", fmt.Errorf("renew node lease: %w", err)
 	}
+}
+
+// settleLease reads the node lease after a renewal that failed with cause
+// and says what happened. sent is the body of that renewal when it may have
+// landed (nil after a 412, when it did not).
+//
+//   - it holds sent: the renewal landed ("ok");
+//   - it holds another version written under this incarnation: an earlier
+//     renewal whose outcome was lost landed; adopt its ETag and retry
+//     ("error"). Only this process writes its incarnation, so this is never
+//     someone else's write, and fencing on it would fence a healthy node;
+//   - it is missing: "deleted"; written by anyone else: "replaced" — both
+//     fence at once;
+//   - it cannot be read: "error", retry (the next 412, if any, comes back
+//     here).
+func (n *Node) settleLease(ctx context.Context, key string, sent []byte, cause error) (string, error) {
+	got, err := n.b.Get(ctx, key)
+	switch {
+	case errors.Is(err, bucket.ErrNotFound):
+		return "deleted", fmt.Errorf("node lease %s was deleted: %w", key, cause)
+	case err != nil:
+		return "error", fmt.Errorf("%w (read back: %v)", cause, err)
+	}
+	if sent != nil && string(got.Body) == string(sent) {
+		n.setETag(got.ETag)
+		return "ok", nil
+	}
 	n.mu.Lock()
-	n.etag = newETag
+	current := bucket.SameETag(got.ETag, n.etag)
 	n.mu.Unlock()
-	return "ok", nil
+	if current {
+		return "error", cause // nothing landed; retry
+	}
+	if rec, perr := parseNodeRecord(key, got.Body); perr == nil && rec.Incarnation == n.incarnation && !rec.Released {
+		n.setETag(got.ETag)
+		n.log.Info("an earlier renewal had landed; adopting it", "seq", rec.Seq)
+		return "error", cause
+	}
+	return "replaced", fmt.Errorf("node lease %s was replaced by another writer: %w", key, cause)
+}
+
+func (n *Node) setETag(etag string) {
+	n.mu.Lock()
+	n.etag = etag
+	n.mu.Unlock()
 }
 
 // fence stops the node acting as owner: every lease ends with DEED-E025.

@@ -42,18 +42,22 @@ type Log struct {
 	stopped chan struct{}      // closed when the running writer exits
 	kick    chan struct{}      // wakes a lingering writer: an append, or Close
 
-	mu        sync.Mutex
-	queue     []*pending // never empty while no writer runs
-	running   bool       // a writer goroutine is running
-	next      TxID       // the next slot to write: every slot below it is durable
-	nextPos   Pos
-	err       error // sticky: once set, every append fails with it
-	closing   bool
-	closed    chan struct{} // made by the first Close; closed when it finished
-	closeErr  error
-	abandoned bool               // Abandon was called: Close must not seal
-	stopClose context.CancelFunc // cuts short a Close under way (set while it runs)
-	index     []indexEntry       // (txid, first position) of files this log wrote
+	mu       sync.Mutex
+	queue    []*pending // never empty while no writer runs
+	running  bool       // a writer goroutine is running
+	next     TxID       // the next slot to write: every slot below it is durable
+	nextPos  Pos
+	err      error         // sticky: once set, every append fails with it
+	closing  bool          // Close or Abandon was called: appends are refused
+	closed   chan struct{} // made by each Close attempt; closed when it ends
+	closeErr error         // the last Close attempt's outcome
+	// closeRunning: a Close attempt is under way (others wait for it).
+	// closeFinal: an attempt succeeded, or the log was abandoned; a Close
+	// after a failed attempt tries again.
+	closeRunning, closeFinal bool
+	abandoned                bool               // Abandon was called: Close must not seal
+	stopClose                context.CancelFunc // cuts short a Close under way (set while it runs)
+	index                    []indexEntry       // (txid, first position) of files this log wrote
 }
 
 type indexEntry struct {
@@ -527,26 +531,40 @@ func (l *Log) fenced(key string, theirs *File) error {
 // next claimer to seal.
 func (l *Log) Close(ctx context.Context) error {
 	l.mu.Lock()
-	if l.closing {
-		closed := l.closed
+	for l.closeRunning {
+		running := l.closed
 		l.mu.Unlock()
 		select {
-		case <-closed:
-			return l.closeErr
+		case <-running:
 		case <-ctx.Done():
 			return fmt.Errorf("close log %s: %w", l.s.cell, ctx.Err())
 		}
+		l.mu.Lock()
 	}
+	if l.closeFinal {
+		err := l.closeErr
+		l.mu.Unlock()
+		return err
+	}
+	// The first attempt, or a retry after one that failed (a store outage,
+	// a deadline): appends stay refused either way.
 	l.closing = true
+	l.closeRunning = true
 	l.closed = make(chan struct{})
 	l.kickLocked()
 	l.mu.Unlock()
 	err := l.close(ctx)
 	l.mu.Lock()
 	l.closeErr = err
+	l.closeRunning = false
+	final := err == nil || l.abandoned
+	l.closeFinal = final
+	running := l.closed
 	l.mu.Unlock()
-	close(l.closed)
-	forget(l)
+	close(running)
+	if final {
+		forget(l)
+	}
 	return err
 }
 
@@ -569,26 +587,24 @@ func (l *Log) Abandon() {
 		}
 		l.err = err
 	}
-	cancel, stopped, stopClose := l.cancel, l.stopped, l.stopClose
-	first := !l.closing
-	if first {
-		l.closing = true
-		l.closed = make(chan struct{})
-	}
 	l.abandoned = true
+	l.closing = true
+	cancel, stopped, stopClose := l.cancel, l.stopped, l.stopClose
+	running := l.closeRunning
+	settle := !running && !l.closeFinal
+	if settle {
+		l.closeFinal = true
+		l.closeErr = l.err
+	}
 	l.mu.Unlock()
-	if stopClose != nil {
+	if running && stopClose != nil {
 		stopClose()
 	}
 	if cancel != nil {
 		cancel()
 		<-stopped
 	}
-	if first {
-		l.mu.Lock()
-		l.closeErr = l.err
-		l.mu.Unlock()
-		close(l.closed)
+	if settle {
 		forget(l)
 	}
 }
@@ -620,31 +636,38 @@ func (l *Log) close(ctx context.Context) error {
 	if abandoned {
 		return werr
 	}
-	if werr != nil {
-		if bucket.CodeOf(werr) == bucket.CodeSuperseded {
-			return nil // a newer epoch sealed us: the chain end is fenced already
+	if werr != nil && bucket.CodeOf(werr) == bucket.CodeSuperseded {
+		return nil // a newer epoch sealed us: the chain end is fenced already
+	}
+	// After a write whose outcome was never learned (the writer was cut off
+	// with its PUT in flight), the slot at next may hold that write: the
+	// seal then goes right after it. If it lands only after the seal, it is
+	// refused there, and it was reported as unknown, never acknowledged.
+	unknown := werr != nil && bucket.CodeOf(werr) == bucket.CodeAmbiguous
+	for {
+		key := SlotKey(l.s.cell, l.epoch, next)
+		body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch})
+		if err != nil {
+			return err
 		}
-		if bucket.CodeOf(werr) == bucket.CodeAmbiguous {
-			return bucket.Wrap(werr, "close log %s epoch %d: cannot seal", l.s.cell, l.epoch)
+		theirs, err := l.s.create(ctx, key, body)
+		if err != nil {
+			return bucket.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
 		}
-	}
-	key := SlotKey(l.s.cell, l.epoch, next)
-	body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch})
-	if err != nil {
-		return err
-	}
-	theirs, err := l.s.create(ctx, key, body)
-	if err != nil {
-		return bucket.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
-	}
-	if theirs != nil {
+		if theirs == nil {
+			l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
+			return nil
+		}
+		if unknown && theirs.Kind == KindRecords && theirs.Epoch == l.epoch && theirs.Token == l.lease.Token() {
+			unknown = false // one write at most was in flight
+			next, pos = next+1, theirs.NextPos()
+			continue
+		}
 		if ferr := l.fenced(key, theirs); bucket.CodeOf(ferr) != bucket.CodeSuperseded {
 			return bucket.Wrap(ferr, "close log %s epoch %d: seal", l.s.cell, l.epoch)
 		}
 		return nil
 	}
-	l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
-	return nil
 }
 
 // Read returns up to limit records after position after (limit ≤ 0: to the

@@ -52,6 +52,19 @@ type cell struct {
 	mu    sync.Mutex
 	lease *owner.Lease
 	log   *replication.Log
+	// releasing is set by a release that has begun; one that failed leaves
+	// it set, so appends are refused until a retried release completes
+	// (the log may already be closed).
+	releasing bool
+}
+
+// holding is a cell's lease and log as they were at one moment, copied
+// under the cell's lock: request handlers go on using them after the lock
+// is gone, while the lease may end and the cell's fields be cleared.
+type holding struct {
+	name  string
+	lease *owner.Lease
+	log   *replication.Log
 }
 
 // openDaemon probes the store, opens the node lease and starts watching for
@@ -182,8 +195,8 @@ func (d *daemon) ready() bool {
 	return d.probed && d.node != nil && !d.closed && d.node.Err() == nil
 }
 
-// held returns the live cell state for name, or nil.
-func (d *daemon) held(name string) *cell {
+// held returns the lease and log of name if this node holds it, or nil.
+func (d *daemon) held(name string) *holding {
 	d.mu.Lock()
 	c := d.cells[name]
 	d.mu.Unlock()
@@ -195,13 +208,13 @@ func (d *daemon) held(name string) *cell {
 	if c.lease == nil || c.lease.Err() != nil {
 		return nil
 	}
-	return c
+	return &holding{name: c.name, lease: c.lease, log: c.log}
 }
 
 // acquire returns the cell with a live lease and an open log, claiming it
 // first when this node does not hold it (force: even from a live owner, and
 // even when held here — a forced re-claim bumps the epoch).
-func (d *daemon) acquire(ctx context.Context, name string, force bool) (*cell, error) {
+func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding, error) {
 	if err := owner.ValidateName("cell", name); err != nil {
 		return nil, err
 	}
@@ -215,9 +228,13 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*cell, e
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.lease != nil && c.lease.Err() == nil && !force {
-		return c, nil
+	if c.lease != nil && c.lease.Err() == nil && c.releasing {
+		return nil, bucket.Errorf(bucket.CodeUnavailable, "cell %s is being released, or its release failed: retry the release", name)
 	}
+	if c.lease != nil && c.lease.Err() == nil && !force {
+		return &holding{name: c.name, lease: c.lease, log: c.log}, nil
+	}
+	oldLease, oldLog := c.lease, c.log
 	n, err := d.currentNode()
 	if err != nil {
 		d.dropIfEmpty(c)
@@ -238,13 +255,19 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*cell, e
 		d.dropIfEmpty(c)
 		return nil, err
 	}
-	c.lease, c.log = l, lg
+	if oldLog != nil && oldLease != nil {
+		// A forced re-claim of a cell held here: the claim ended the old
+		// lease and Open sealed its chain, so its log has nothing left to
+		// do; leaseEnded will not see it once c holds the new one.
+		oldLog.Abandon()
+	}
+	c.lease, c.log, c.releasing = l, lg, false
 	d.m.cellsHeld.Set(float64(d.countHeld()))
 	// Every lease ends, at the latest when the node closes or fences, so
 	// leaseEnded always runs; no goroutine waits for it meanwhile.
 	d.wg.Add(1)
 	l.AfterEnd(func() { d.leaseEnded(c, l) })
-	return c, nil
+	return &holding{name: c.name, lease: l, log: lg}, nil
 }
 
 // dropIfEmpty removes a cell entry that never got a lease; c.mu is held.
@@ -318,18 +341,22 @@ func (d *daemon) release(ctx context.Context, name string) (owner.Record, error)
 	if err := owner.ValidateName("cell", name); err != nil {
 		return owner.Record{}, err
 	}
-	c := d.held(name)
-	if c == nil {
+	d.mu.Lock()
+	c := d.cells[name]
+	d.mu.Unlock()
+	if c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	if c == nil || c.lease == nil || c.lease.Err() != nil {
 		d.m.releases.WithLabelValues("not_holder").Inc()
 		rec, _, _ := owner.Inspect(ctx, d.b, name)
 		return rec, bucket.Errorf(bucket.CodeNotHolder, "release %s: not held by this node (%s)", name, d.cfg.Node)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	l, lg := c.lease, c.log
-	if l == nil {
-		return owner.Record{}, bucket.Errorf(bucket.CodeNotHolder, "release %s: not held by this node (%s)", name, d.cfg.Node)
-	}
+	// From here on appends are refused; if the release fails, they stay
+	// refused until a retried release succeeds (Close can be retried).
+	c.releasing = true
 	if err := lg.Close(ctx); err != nil {
 		d.m.releases.WithLabelValues("error").Inc()
 		return owner.Record{}, bucket.Wrap(err, "release %s", name)
@@ -390,7 +417,16 @@ func (d *daemon) Close(ctx context.Context) error {
 		}
 	}
 	d.cancel()
-	d.wg.Wait()
+	// Every lease has ended by now (released, or ended by n.Close), so the
+	// wait is short; it is still bounded, so that a bug can cost a log
+	// line, not a shutdown that never ends.
+	waited := make(chan struct{})
+	go func() { d.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("drain: background work still running: %w", ctx.Err()))
+	}
 	d.m.nodeLeaseHeld.Set(0)
 	d.m.cellsHeld.Set(0)
 	d.log.Info("drained", "cells", len(cells), "errors", len(errs))

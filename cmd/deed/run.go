@@ -102,9 +102,15 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 		_ = d.Close(context.WithoutCancel(ctx))
 		return bucket.Errorf(bucket.CodeBadRequest, "listen %s: %w", rf.listen, err)
 	}
+	// Requests get a context the drain cancels: http.Server.Shutdown waits
+	// for handlers but never cancels them, and an append retrying its slot
+	// through an outage would hold the whole drain budget.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
 	srv := &http.Server{
 		Handler:           d.handler(apiConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}),
 		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -119,9 +125,15 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	case err := <-serveErr:
 		runErr = bucket.Errorf(bucket.CodeUnavailable, "serve %s: %w", rf.listen, err)
 	}
+	// A quarter of the drain budget lets requests in flight finish; then
+	// they are cancelled, and sealing and releasing the cells gets the rest
+	// to itself.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rf.drainTimeout)
 	defer cancel()
-	_ = srv.Shutdown(dctx)
+	sctx, scancel := context.WithTimeout(dctx, rf.drainTimeout/4)
+	_ = srv.Shutdown(sctx)
+	scancel()
+	cancelRequests()
 	if err := d.Close(dctx); err != nil && runErr == nil {
 		runErr = bucket.Wrap(err, "drain")
 	}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/owner"
+)
+
+// Found in review, fixed: a claim in flight while the node fences mints a lease that never
+// ends (owner.Node.mint does not check n.ferr). acquire registers
+// d.wg.Add(1) + AfterEnd(leaseEnded) for it, so daemon.Close waits in
+// d.wg.Wait() for ever: shutdown hangs.
+func TestDaemonCloseAfterAClaimRacedAFence(t *testing.T) {
+	// Real time: watchNode blocks on the cell's mutex, which synctest does
+	// not treat as durably blocking.
+	func() {
+		m := fakes3.NewMem()
+		const ttl = 600 * time.Millisecond
+		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, m.Client("a"), slog.New(slog.DiscardHandler), newMetrics())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The node lease can no longer be renewed; the claim's PUT is slow
+		// and lands after the node fenced.
+		rmPut := m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.NodeKey("a"), Fault: fakes3.ErrBefore})
+		rmGet := m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpGet, Key: owner.NodeKey("a"), Fault: fakes3.ErrBefore})
+		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.CellKey("c"), Latency: ttl})
+		c, err := d.acquire(t.Context(), "c", false)
+		if err == nil && c.lease.Err() == nil {
+			t.Logf("acquire returned a live lease of epoch %d although the node fenced meanwhile", c.lease.Epoch())
+		}
+		rmPut()
+		rmGet()
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done <- d.Close(ctx)
+		}()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("daemon.Close hung (still waiting 20s later, its ctx had a 10s deadline)")
+		}
+	}()
+}
+
+// Found in review, fixed: a release whose log Close fails (here: the seal PUT cannot land
+// before the request's context ends) leaves the log marked closing with a
+// sticky closeErr while the lease stays valid and the cell stays held.
+// Afterwards every append fails with DEED-E040 "log closed" (HTTP 400) and
+// every further release returns the first Close's error again: the cell is
+// wedged on this node until its lease ends some other way.
+func TestFailedReleaseCanBeRetried(t *testing.T) {
+	func() {
+		m := fakes3.NewMem()
+		const ttl = 2 * time.Second
+		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, m.Client("a"), slog.New(slog.DiscardHandler), newMetrics())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			d.Close(ctx)
+		}()
+		c, err := d.acquire(t.Context(), "c", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.log.Append(t.Context(), c.lease, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		// A brief brownout of the log's slots while an operator releases
+		// with a short deadline (or the HTTP client disconnects).
+		rm := m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, KeyPrefix: "cells/c/ltx/", Fault: fakes3.SlowDown})
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		_, err = d.release(ctx, "c")
+		cancel()
+		if err == nil {
+			t.Fatal("setup: release should fail during the brownout")
+		}
+		rm() // the store is healthy again
+		if _, err := d.release(t.Context(), "c"); err != nil {
+			t.Errorf("release after the store healed still fails: %v", err)
+		}
+		c2, err := d.acquire(t.Context(), "c", false)
+		if err != nil {
+			t.Fatalf("acquire after the failed release: %v", err)
+		}
+		if _, err := c2.log.Append(t.Context(), c2.lease, []byte("y")); err != nil {
+			t.Errorf("append after the failed release: %v (code %s, HTTP %d)", err, bucket.CodeOf(err), httpStatus(bucket.CodeOf(err)))
+		}
+	}()
+}
