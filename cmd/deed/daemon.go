@@ -67,6 +67,9 @@ type holding struct {
 	log   *replication.Log
 }
 
+// holding copies c's lease and log; c.mu must be held.
+func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease, log: c.log} }
+
 // openDaemon probes the store, opens the node lease and starts watching for
 // a fence. The caller serves the API and calls Close on shutdown.
 func openDaemon(ctx context.Context, cfg daemonConfig, b bucket.Bucket, log *slog.Logger, m *metrics) (*daemon, error) {
@@ -208,7 +211,7 @@ func (d *daemon) held(name string) *holding {
 	if c.lease == nil || c.lease.Err() != nil {
 		return nil
 	}
-	return &holding{name: c.name, lease: c.lease, log: c.log}
+	return c.holding()
 }
 
 // acquire returns the cell with a live lease and an open log, claiming it
@@ -228,11 +231,13 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.lease != nil && c.lease.Err() == nil && c.releasing {
-		return nil, bucket.Errorf(bucket.CodeUnavailable, "cell %s is being released, or its release failed: retry the release", name)
-	}
-	if c.lease != nil && c.lease.Err() == nil && !force {
-		return &holding{name: c.name, lease: c.lease, log: c.log}, nil
+	if c.lease != nil && c.lease.Err() == nil {
+		switch {
+		case c.releasing:
+			return nil, bucket.Errorf(bucket.CodeUnavailable, "cell %s is being released, or its release failed: retry the release", name)
+		case !force:
+			return c.holding(), nil
+		}
 	}
 	oldLease, oldLog := c.lease, c.log
 	n, err := d.currentNode()
@@ -267,7 +272,7 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	// leaseEnded always runs; no goroutine waits for it meanwhile.
 	d.wg.Add(1)
 	l.AfterEnd(func() { d.leaseEnded(c, l) })
-	return &holding{name: c.name, lease: l, log: lg}, nil
+	return c.holding(), nil
 }
 
 // dropIfEmpty removes a cell entry that never got a lease; c.mu is held.
