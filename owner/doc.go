@@ -49,6 +49,15 @@
 // LIST of nodes/ per TTL/3 refreshes every observation, so the steady-state
 // cost grows with nodes, not cells.
 //
+// A view up to TTL/3 old may say a node is alive; to say it is dead, a
+// claimer needs a proof about the incarnation that wrote the record (the
+// record's "inc"): its lease released, or a read sent more than TTL+margin
+// after the version it showed was first seen (IncarnationDead). An
+// incarnation never comes back, so such a proof may be old and the takeover
+// costs no more than a claim of a released cell. Without one, the owner's
+// lease is read again after the record, because the node may have
+// restarted and claimed the cell since the view was taken.
+//
 // # The Lease
 //
 // Only a successful claim mints a *Lease. Data-path calls take it as an
