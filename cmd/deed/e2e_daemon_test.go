@@ -328,7 +328,9 @@ func TestE2EFenceExit(t *testing.T) {
 	// Fence at TTL−margin after the last good renewal, then exit at once:
 	// the dropped logs are abandoned, not sealed against a dead store.
 	t.Logf("exited %v after the store died (TTL 2s)", time.Since(start))
-	if took := time.Since(start); took > 2*time.Second+time.Second {
+	// Bound: TTL plus slack for a loaded machine, still well under the
+	// TTL+TTL (3.8 s measured) it took while it sealed against a dead store.
+	if took := time.Since(start); took > 2*time.Second+1500*time.Millisecond {
 		t.Fatalf("exited %v after the store died; want within about TTL (2s)", took)
 	}
 	if !strings.Contains(pa.out.String(), string(bucket.CodeNodeFenced)) {
