@@ -81,6 +81,9 @@ type Node struct {
 	ferr   error
 	etag   string // the node lease's current ETag
 	seq    uint64
+	// lastSend is the send time of the last node-lease write that
+	// succeeded (acquire or renewal): the fence deadline counts from it.
+	lastSend time.Time
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -142,6 +145,22 @@ func (n *Node) Err() error {
 	return n.ferr
 }
 
+// FenceDeadline is when the node stops acting as owner unless a renewal
+// sent before then succeeds: TTL−margin after the send time of the last
+// node-lease write that succeeded. It moves forward only once a renewal
+// has succeeded, and it is zero while the node is not open. A process that
+// runs work on the node's behalf (deed exec) hands it to a watchdog that is
+// not paused with it, so that the work stops by this time even when the
+// process that renews is stopped.
+func (n *Node) FenceDeadline() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lastSend.IsZero() {
+		return time.Time{}
+	}
+	return FenceDeadline(n.lastSend, n.cfg.params())
+}
+
 // Held returns the leases this node holds now.
 func (n *Node) Held() []*Lease {
 	n.mu.Lock()
@@ -185,6 +204,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.mu.Lock()
 	n.opened = true
 	n.cancel = cancel
+	n.lastSend = sent
 	n.mu.Unlock()
 	n.wg.Add(1)
 	go n.loop(lctx, sent)
@@ -322,6 +342,9 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 		case "ok":
 			failed = nil
 			lastSend = sent
+			n.mu.Lock()
+			n.lastSend = sent
+			n.mu.Unlock()
 			next = sent.Add(interval)
 			backoff = p.TTL / 50
 			n.observeSelf()

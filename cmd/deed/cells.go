@@ -78,33 +78,73 @@ func pollInterval(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 100*time.Millisecond), time.Second)
 }
 
-// claimWait claims cell with n. With wait > 0 it keeps trying while the
-// cell is held by a live node (DEED-E020) until wait has elapsed. It uses
-// the same Node every time, so the node's Observer accumulates history: an
-// owner whose node lease stays unchanged for TTL+margin is judged dead and
-// taken over. Any other error ends the wait at once.
-func claimWait(ctx context.Context, n *owner.Node, cell string, force bool, wait time.Duration, log *slog.Logger) (*owner.Lease, error) {
-	deadline := time.Now().Add(wait)
-	poll := pollInterval(n.Params().TTL)
-	for attempt := 0; ; attempt++ {
-		l, err := n.Claim(ctx, cell, owner.ClaimOptions{Force: force})
+// heldWait retries an attempt that is refused because something is held
+// (DEED-E020: the cell by a live node, or the node id by a live process)
+// until a deadline. Every step that can answer "held" goes through one
+// heldWait, so --wait covers all of them with one budget.
+type heldWait struct {
+	wait     time.Duration
+	deadline time.Time
+	poll     time.Duration
+	log      *slog.Logger
+	logged   bool
+}
+
+// newHeldWait starts the clock for --wait DUR; ttl sets the poll interval.
+func newHeldWait(wait, ttl time.Duration, log *slog.Logger) *heldWait {
+	return &heldWait{wait: wait, deadline: time.Now().Add(wait), poll: pollInterval(ttl), log: log}
+}
+
+// retry calls try until it succeeds, fails with anything but DEED-E020,
+// or the wait has passed (a zero wait tries once).
+func (w *heldWait) retry(ctx context.Context, what string, try func() error) error {
+	for {
+		err := try()
 		if err == nil {
-			return l, nil
+			return nil
 		}
-		if bucket.CodeOf(err) != bucket.CodeHeld || wait <= 0 {
-			return nil, err
+		if bucket.CodeOf(err) != bucket.CodeHeld || w.wait <= 0 {
+			return err
 		}
-		left := time.Until(deadline)
+		left := time.Until(w.deadline)
 		if left <= 0 {
-			return nil, bucket.Wrap(err, "still held after waiting %v", wait)
+			return bucket.Wrap(err, "still held after waiting %v", w.wait)
 		}
-		if attempt == 0 {
-			log.Info("cell held; waiting", "cell", cell, "wait", wait, "err", err)
+		if !w.logged {
+			w.logged = true
+			w.log.Info(what+" held; waiting", "wait", w.wait, "err", err)
 		}
-		if serr := sleepCtx(ctx, min(poll, left)); serr != nil {
-			return nil, bucket.Wrap(err, "interrupted while waiting")
+		if serr := sleepCtx(ctx, min(w.poll, left)); serr != nil {
+			return bucket.Wrap(err, "interrupted while waiting")
 		}
 	}
+}
+
+// claim claims cell with n, retrying while it is held. It uses the same
+// Node every time, so the node's Observer accumulates history: an owner
+// whose node lease stays unchanged for TTL+margin is judged dead and taken
+// over. before, when set, runs before each attempt (a check that may
+// answer "held" too).
+func (w *heldWait) claim(ctx context.Context, n *owner.Node, cell string, force bool, before func() error) (*owner.Lease, error) {
+	var l *owner.Lease
+	err := w.retry(ctx, "cell", func() error {
+		if before != nil {
+			if err := before(); err != nil {
+				return err
+			}
+		}
+		var err error
+		l, err = n.Claim(ctx, cell, owner.ClaimOptions{Force: force})
+		return err
+	})
+	return l, err
+}
+
+// claimWait claims cell with n. With wait > 0 it keeps trying while the
+// cell is held by a live node (DEED-E020) until wait has elapsed; any
+// other error ends the wait at once.
+func claimWait(ctx context.Context, n *owner.Node, cell string, force bool, wait time.Duration, log *slog.Logger) (*owner.Lease, error) {
+	return newHeldWait(wait, n.Params().TTL, log).claim(ctx, n, cell, force, nil)
 }
 
 // watchRecord polls the cell's ownership record every interval and ends l
@@ -137,7 +177,10 @@ func watchRecord(ctx context.Context, b bucket.Bucket, l *owner.Lease, interval 
 		case !exists:
 			l.Supersede(errors.New("own.json was deleted"))
 		case rec.Nonce != l.Token():
-			if rec.Released() {
+			if rec.Released() && rec.Epoch > l.Epoch() {
+				// A one-shot claim: a fence, which leaves no holder.
+				l.Supersede(fmt.Errorf("fenced by a claim at epoch %d (no holder now)", rec.Epoch))
+			} else if rec.Released() {
 				l.Supersede(fmt.Errorf("released by someone else at epoch %d", rec.Epoch))
 			} else {
 				l.Supersede(fmt.Errorf("now held by node %s at epoch %d", rec.Node, rec.Epoch))

@@ -167,53 +167,64 @@ func (e *cellEnv) putNodeLease(t *testing.T, node string, ttl time.Duration, rel
 func TestClaimShowRelease(t *testing.T) {
 	e := newCellEnv(t)
 
+	// A one-shot claim is a fence: a new epoch, the log sealed, and the
+	// record released, since nothing holds the cell afterwards.
 	r := e.run(t, "claim", "c1", "--node", "a", "--json")
 	wantExit(t, r, 0, "")
-	if v := decode[map[string]any](t, r.stdout); v["cell"] != "c1" || v["node"] != "a" || v["epoch"] != 1.0 || len(v) != 3 {
+	if v := decode[map[string]any](t, r.stdout); v["cell"] != "c1" || v["node"] != "a" || v["epoch"] != 1.0 || v["held"] != false || len(v) != 4 {
 		t.Fatalf("claim = %v", v)
 	}
-	// Without --hold there is no node lease: the owner is dead to everyone.
 	r = e.run(t, "show", "c1", "--json")
 	wantExit(t, r, 0, "")
 	sv := decode[showView](t, r.stdout)
 	sv.ObservedForMS = 0 // one look: the time of one GET
-	if sv != (showView{Cell: "c1", Node: "a", Epoch: 1, Claimed: true}) {
+	if sv != (showView{Cell: "c1", Epoch: 1, Released: true, Claimed: true}) {
 		t.Fatalf("show = %+v", sv)
 	}
 	// The record, and the seal of the claim's own (empty) epoch.
 	if keys := e.keys(t); strings.Join(keys, ",") != "tenant/cells/c1/ltx/e1/0000000000000001.ltx,tenant/cells/c1/own.json" {
 		t.Fatalf("a one-shot claim wrote %v", keys)
 	}
-	// So another node takes it over at once, and a re-claim bumps the epoch.
+	// Each one fences again; the text says that nobody holds the cell.
 	wantExit(t, e.run(t, "claim", "c1", "--node", "b"), 0, "")
-	r = e.run(t, "claim", "c1", "--node", "b")
+	r = e.run(t, "claim", "c1")
 	wantExit(t, r, 0, "")
-	if r.stdout != "claimed cell c1 for node b at epoch 3\n" {
+	if r.stdout != "fenced cell c1 at epoch 3 (no holder; the next claimer takes it at once)\n" {
 		t.Fatalf("stdout %q", r.stdout)
+	}
+	// A holder to release: b, through the owner API (as a daemon would).
+	nb, err := owner.NewNode(e.b, owner.Config{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nb.Claim(t.Context(), "c1", owner.ClaimOptions{}); err != nil {
+		t.Fatal(err)
 	}
 
 	r = e.run(t, "release", "c1", "--node", "a")
 	wantExit(t, r, 4, bucket.CodeNotHolder)
-	if !strings.Contains(r.stderr, "held by b at epoch 3") {
+	if !strings.Contains(r.stderr, "held by b at epoch 4") {
 		t.Errorf("stderr %q does not name the holder", r.stderr)
 	}
 	r = e.run(t, "release", "c1", "--node", "b", "--json")
 	wantExit(t, r, 0, "")
-	if v := decode[map[string]any](t, r.stdout); v["released"] != true || v["epoch"] != 3.0 || v["node"] != "" {
+	if v := decode[map[string]any](t, r.stdout); v["released"] != true || v["epoch"] != 4.0 || v["node"] != "" {
 		t.Fatalf("release = %v", v)
 	}
-	if rec, _ := e.record(t, "c1"); !rec.Released() || rec.Epoch != 3 {
+	if rec, _ := e.record(t, "c1"); !rec.Released() || rec.Epoch != 4 {
 		t.Fatalf("record after release: %+v", rec)
 	}
 	wantExit(t, e.run(t, "release", "c1", "--node", "b"), 0, "") // no-op
 	r = e.run(t, "show", "c1")
 	wantExit(t, r, 0, "")
-	if !strings.Contains(r.stdout, "released at epoch 3") {
+	if !strings.Contains(r.stdout, "released at epoch 4") {
 		t.Errorf("show: %q", r.stdout)
 	}
 
 	// --force releases whoever holds it.
-	wantExit(t, e.run(t, "claim", "c1", "--node", "a"), 0, "")
+	if _, err := nb.Claim(t.Context(), "c1", owner.ClaimOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	wantExit(t, e.run(t, "release", "c1", "--node", "z", "--force"), 0, "")
 	if rec, _ := e.record(t, "c1"); !rec.Released() {
 		t.Fatalf("record after forced release: %+v", rec)
@@ -282,7 +293,13 @@ func TestClaimHoldWaitRelease(t *testing.T) {
 func TestClaimWaitTakesOverDeadNode(t *testing.T) {
 	e := newCellEnv(t)
 	// ghost holds the cell and has a node lease that nobody renews.
-	wantExit(t, e.run(t, "claim", "c", "--node", "ghost"), 0, "")
+	ghost, err := owner.NewNode(e.b, owner.Config{Name: "ghost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ghost.Claim(t.Context(), "c", owner.ClaimOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e.putNodeLease(t, "ghost", time.Second, false)
 
 	// One look cannot tell it is dead.
@@ -299,7 +316,8 @@ func TestClaimWaitTakesOverDeadNode(t *testing.T) {
 	if took < 1100*time.Millisecond || took > 5*time.Second {
 		t.Errorf("took over after %v, want just over TTL+margin (1.1s)", took)
 	}
-	if rec, _ := e.record(t, "c"); rec.Node != "b" || rec.Epoch != 2 {
+	// A one-shot claim fences: the record is released at the new epoch.
+	if rec, _ := e.record(t, "c"); !rec.Released() || rec.Epoch != 2 {
 		t.Fatalf("record %+v", rec)
 	}
 }
@@ -311,11 +329,11 @@ func TestClaimHoldLeaseLost(t *testing.T) {
 	wantExit(t, e.run(t, "claim", "c", "--node", "b", "--force"), 0, "")
 	res := hold.wait(t, 5*time.Second)
 	wantExit(t, res, 3, bucket.CodeSuperseded)
-	if !strings.Contains(res.stderr, "now held by node b at epoch 2") {
+	if !strings.Contains(res.stderr, "fenced by a claim at epoch 2 (no holder now)") {
 		t.Errorf("stderr %q", res.stderr)
 	}
-	// The holder did not release b's claim on its way out.
-	if rec, _ := e.record(t, "c"); rec.Node != "b" || rec.Epoch != 2 {
+	// The holder did not write over the fence on its way out.
+	if rec, _ := e.record(t, "c"); !rec.Released() || rec.Epoch != 2 {
 		t.Fatalf("record %+v", rec)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -97,6 +98,9 @@ stderr; any other status is CMD's.`,
 			if err != nil {
 				return err
 			}
+			if _, err := cfg.ownIdentity(cmd, identityExec, ""); err != nil {
+				return err
+			}
 			if err := cfg.validNames(true, cell); err != nil {
 				return err
 			}
@@ -116,14 +120,27 @@ stderr; any other status is CMD's.`,
 			if err != nil {
 				return bucket.Wrap(err, "--ttl")
 			}
-			if err := n.Open(ctx); err != nil {
+			// One --wait covers every "held" answer: the node id in use
+			// (an explicit --node another live process runs under), then
+			// the cell.
+			hw := newHeldWait(wait, n.Params().TTL, log)
+			if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
 				return bucket.Wrap(err, "exec %s", cell)
 			}
-			l, err := claimWait(ctx, n, cell, false, wait, log)
+			l, err := hw.claim(ctx, n, cell, false, nil)
 			if err != nil {
 				closeNode(ctx, n, log)
 				return err
 			}
+			// The guard kills CMD's process group at the fence deadline
+			// unless a renewal moved it, and at once if this process dies.
+			g, err := startGuard(cfg.inv.Stderr)
+			if err != nil {
+				releaseAndClose(ctx, n, l, log)
+				return bucket.Wrap(err, "exec %s", cell)
+			}
+			g.setDeadline(n.FenceDeadline())
+			stopFeed := feedGuard(g, n)
 
 			c := exec.Command(path, argv[1:]...)
 			c.Args[0] = argv[0]
@@ -140,8 +157,10 @@ stderr; any other status is CMD's.`,
 			c.WaitDelay = time.Second
 
 			w := startWatch(ctx, b, l, n.Params().TTL, log)
-			status, lost, err := supervise(ctx, c, l, grace, !foreground, log)
+			status, lost, err := supervise(ctx, c, l, g, grace, !foreground, log)
 			w.stop()
+			stopFeed()
+			g.finish()
 			if err != nil { // CMD did not start
 				releaseAndClose(ctx, n, l, log)
 				return bucket.Errorf(bucket.CodeBadRequest, "exec %s: start %q: %w", cell, argv[0], err)
@@ -171,6 +190,37 @@ stderr; any other status is CMD's.`,
 	f.DurationVar(&grace, "grace", 10*time.Second, "after a lost lease, how long CMD gets between SIGTERM and SIGKILL")
 	f.BoolVar(&foreground, "foreground", false, "keep CMD in deed's process group, for commands that read the terminal (signals then reach CMD only, not its children)")
 	return cmd
+}
+
+// feedGuard keeps handing g the node's fence deadline, which moves only
+// when a renewal succeeded, until the returned stop is called. It polls
+// far more often than renewals happen (TTL/3), so the guard learns of a
+// renewal within a small fraction of the margin.
+func feedGuard(g *execGuard, n *owner.Node) (stop func()) {
+	if g == nil {
+		return func() {}
+	}
+	every := min(max(n.Params().TTL/50, 10*time.Millisecond), 200*time.Millisecond)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				g.setDeadline(n.FenceDeadline())
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // splitExecArgs splits "CELL -- CMD ARGS..." (or "CELL CMD ARGS..." when CMD
@@ -208,9 +258,12 @@ func releaseAndClose(ctx context.Context, n *owner.Node, l *owner.Lease, log *sl
 // (SIGINT, SIGTERM, SIGHUP) are forwarded; a cancelled ctx without a signal
 // counts as SIGTERM. When the lease ends for any reason but a release, CMD
 // gets SIGTERM, then SIGKILL after grace, and lost is the lease's error.
-// group signals CMD's whole process group. err is set only when c did not
-// start.
-func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, grace time.Duration, group bool, log *slog.Logger) (status int, lost, err error) {
+// group signals CMD's whole process group. g, the guard, learns what to
+// kill once CMD started; if the guard dies, CMD is killed (nothing would
+// stop it in time were this process paused) and lost says why. Once CMD
+// exited, what is left of its process group is killed too: the lock covers
+// the group, and it is released next. err is set only when c did not start.
+func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, g *execGuard, grace time.Duration, group bool, log *slog.Logger) (status int, lost, err error) {
 	if err := l.Err(); err != nil {
 		return 0, err, nil // lost between the claim and now: do not start
 	}
@@ -239,6 +292,7 @@ func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, grace time.Dura
 	if err := <-started; err != nil {
 		return 0, nil, err
 	}
+	g.setTarget(c.Process.Pid, group)
 
 	send := func(sig os.Signal) {
 		if err := signalChild(c.Process, sig, group); err != nil {
@@ -248,6 +302,7 @@ func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, grace time.Dura
 	var (
 		ctxDone    = ctx.Done()
 		leaseDone  = l.Done()
+		guardGone  = g.Exited()
 		ctxTimer   <-chan time.Time
 		killTimer  <-chan time.Time
 		signalSeen bool
@@ -261,7 +316,19 @@ func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, grace time.Dura
 			if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
 				log.Debug("command wait", "err", werr)
 			}
+			if group {
+				// CMD's children that outlived it (a background job).
+				// The group's id stays reserved while any member lives.
+				send(sigKILL)
+			}
 			return exitStatus(c.ProcessState), lost, nil
+		case <-guardGone:
+			guardGone = nil
+			if lost == nil {
+				lost = bucket.Errorf(bucket.CodeNodeFenced, "the exec guard process exited: nothing would stop the command in time if this process were paused")
+			}
+			log.Error("exec guard exited; killing the command", "cell", l.Cell())
+			send(sigKILL)
 		case sig := <-sigs:
 			signalSeen, ctxTimer = true, nil
 			send(sig)

@@ -3,8 +3,10 @@
 package main
 
 import (
+	"io"
 	"os"
 	"syscall"
+	"time"
 )
 
 // forwardSignals are the signals exec passes on to its command.
@@ -25,3 +27,15 @@ func signalChild(p *os.Process, sig os.Signal, _ bool) error {
 }
 
 func exitStatus(ps *os.ProcessState) int { return ps.ExitCode() }
+
+// guard: only unix has the exec guard process; elsewhere exec relies on
+// its own renewals and signals.
+type execGuard struct{}
+
+func guardMode() bool                          { return false }
+func runGuard(io.Reader, io.Writer) int        { return 2 }
+func startGuard(io.Writer) (*execGuard, error) { return nil, nil }
+func (*execGuard) setDeadline(time.Time)       {}
+func (*execGuard) setTarget(int, bool)         {}
+func (*execGuard) Exited() <-chan struct{}     { return nil }
+func (*execGuard) finish()                     {}

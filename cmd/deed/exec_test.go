@@ -116,7 +116,7 @@ func TestExecLeaseLost(t *testing.T) {
 	res := ex.wait(t, 10*time.Second)
 	took := time.Since(start)
 	wantExit(t, res, 3, bucket.CodeSuperseded)
-	if !strings.Contains(res.stderr, "because the lease was lost") || !strings.Contains(res.stderr, "now held by node b at epoch 2") {
+	if !strings.Contains(res.stderr, "because the lease was lost") || !strings.Contains(res.stderr, "fenced by a claim at epoch 2") {
 		t.Errorf("stderr %q", res.stderr)
 	}
 	if b, err := os.ReadFile(marker); err != nil || string(b) != "TERM\n" {
@@ -126,8 +126,8 @@ func TestExecLeaseLost(t *testing.T) {
 		t.Errorf("exec noticed the lost lease after %v, want within about TTL/3", took)
 	}
 	t.Logf("lease loss to exit: %v", took)
-	// b's claim stands.
-	if rec, _ := e.record(t, "job"); rec.Node != "b" || rec.Epoch != 2 {
+	// b's fence stands.
+	if rec, _ := e.record(t, "job"); !rec.Released() || rec.Epoch != 2 {
 		t.Fatalf("record %+v", rec)
 	}
 }

@@ -15,6 +15,10 @@ import (
 )
 
 func main() {
+	if guardMode() {
+		// deed exec's watchdog (exec_guard_unix.go), not a command.
+		os.Exit(runGuard(os.Stdin, os.Stderr))
+	}
 	// SIGINT/SIGTERM cancel the context: long-running commands (fakes3, and
 	// later the daemon) shut down cleanly, and a probe cleans up its keys.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,7 +20,14 @@ import (
 )
 
 // TestMain stops versitygw after the tests when DEED_VERSITYGW started it.
-func TestMain(m *testing.M) { s3test.Main(m) }
+// Started as deed exec's guard (in-process exec tests re-execute the test
+// binary), it is that guard instead.
+func TestMain(m *testing.M) {
+	if guardMode() {
+		os.Exit(runGuard(os.Stdin, os.Stderr))
+	}
+	s3test.Main(m)
+}
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes to it.
 type syncBuffer struct {

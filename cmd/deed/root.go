@@ -42,8 +42,12 @@ type config struct {
 	endpoint  string
 	region    string
 	node      string
-	json      bool
-	logLevel  string
+	// nodeSet says --node was given on the command line. Only the daemon
+	// takes its id from DEED_NODE or the hostname; claim and exec act
+	// under an identity of their own unless --node names one.
+	nodeSet  bool
+	json     bool
+	logLevel string
 
 	// log writes to stderr at --log-level; set by PersistentPreRunE.
 	log *slog.Logger
@@ -110,7 +114,7 @@ fails the conditional-write contract.`,
 	f.StringVar(&cfg.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX] (env "+envBucket+")")
 	f.StringVar(&cfg.endpoint, "endpoint", "", "S3 endpoint URL for S3-compatible stores (env "+envEndpoint+", then "+envEndpointS3+"; default AWS)")
 	f.StringVar(&cfg.region, "region", "", "signing region (env "+envRegion+", then the AWS config; default "+bucket.DefaultRegion+")")
-	f.StringVar(&cfg.node, "node", "", "this node's id (env "+envNode+"; default the hostname)")
+	f.StringVar(&cfg.node, "node", "", "node id: the daemon's (run; env "+envNode+", default the hostname), or the id claim, exec and release act as (default: a fresh <host>-cli-… / <host>-exec-… id; never a live node's, see --as-node)")
 	f.BoolVar(&cfg.json, "json", false, "print results and errors as JSON")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 
@@ -136,7 +140,8 @@ func (cfg *config) resolve(cmd *cobra.Command) error {
 	if !flags.Changed("region") {
 		cfg.region = env(envRegion)
 	}
-	if !flags.Changed("node") {
+	cfg.nodeSet = flags.Changed("node")
+	if !cfg.nodeSet {
 		cfg.node = env(envNode)
 		if cfg.node == "" {
 			cfg.node, _ = os.Hostname()

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
+// Identities. A node id names one process that renews one node lease, and
+// a claim naming a node id re-enters that node's cells (it bumps the epoch
+// and fences the holder). So a daemon keeps a stable id (--node, DEED_NODE,
+// the hostname), while every other process that claims gets an id of its
+// own: two execs on one host, or a claim on a daemon's host, can never
+// collide with each other or with the daemon by accident. Acting as a
+// running node's id is an operator action asked for by name: --as-node.
+
+// Kinds of CLI identity, the middle part of a generated id.
+const (
+	identityCLI  = "cli"
+	identityExec = "exec"
+)
+
+// asNodeFlag is the flag that lets a CLI command act as a live node's id.
+const asNodeFlag = "as-node"
+
+// ownIdentity sets cfg.node for a command that claims or releases: --as-node
+// NODE, else --node when given, else a fresh "<host>-<kind>-<8 hex>". It
+// reports whether the identity may be a live node's (--as-node). DEED_NODE
+// is not read here: it names the daemon (and exec hands its own id to its
+// command in it), so honouring it would make a CLI act as that process.
+func (cfg *config) ownIdentity(cmd *cobra.Command, kind, asNode string) (bool, error) {
+	if cmd.Flags().Changed(asNodeFlag) {
+		if cfg.nodeSet {
+			return false, bucket.Errorf(bucket.CodeBadRequest, "--node and --%s: give one (--%s acts as a running node's id on purpose)", asNodeFlag, asNodeFlag)
+		}
+		cfg.node = asNode
+		return true, nil
+	}
+	if !cfg.nodeSet {
+		cfg.node = newIdentity(kind)
+	}
+	return false, nil
+}
+
+// newIdentity is "<host>-<kind>-<8 hex>": the hostname (bytes outside the
+// node-name alphabet replaced by '-', cut to fit the name limit) says where
+// the process ran, the random part makes it unique to this process.
+func newIdentity(kind string) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read does not fail
+	suffix := "-" + kind + "-" + hex.EncodeToString(r[:])
+	host, _ := os.Hostname()
+	host = strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
+			return c
+		}
+		return '-'
+	}, host)
+	if host == "" {
+		host = "deed"
+	}
+	if max := owner.MaxNameLen - len(suffix); len(host) > max {
+		host = host[:max]
+	}
+	return host + suffix
+}
+
+// refuseLiveNode refuses to act as node while its node lease shows a live
+// process: present and not marked released. One look cannot tell a running
+// process from one that died without releasing, so both count as live, as
+// they do for a claim. Acting as that id would re-enter the cells that
+// process holds (fencing it) or release them under it: --as-node NODE says
+// that this is meant. The answer is DEED-E020, so --wait waits it out.
+func refuseLiveNode(ctx context.Context, b bucket.Bucket, node string) error {
+	ob, err := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin}).Observe(ctx, node)
+	if err != nil {
+		return bucket.Wrap(err, "read node lease %s", node)
+	}
+	if !ob.Exists || ob.Released {
+		return nil
+	}
+	addr := ob.Addr
+	if addr == "" {
+		addr = "unknown address"
+	}
+	return bucket.Errorf(bucket.CodeHeld, "node id %s is in use by a live process (incarnation %s, %s): acting as it would fence it; omit --node to act under an id of your own, or pass --%s %s to act as that node on purpose",
+		node, ob.Incarnation, addr, asNodeFlag, node)
+}
