@@ -286,13 +286,15 @@ func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, g *execGuard, g
 			started <- err
 			return
 		}
+		// At once: from now on the guard must know what to kill should
+		// this process die.
+		g.setTarget(c.Process.Pid, group)
 		started <- nil
 		waited <- c.Wait()
 	}()
 	if err := <-started; err != nil {
 		return 0, nil, err
 	}
-	g.setTarget(c.Process.Pid, group)
 
 	send := func(sig os.Signal) {
 		if err := signalChild(c.Process, sig, group); err != nil {
