@@ -84,8 +84,8 @@ type Node struct {
 	// lastSend is the send time of the last node-lease write that
 	// succeeded (acquire or renewal): the fence deadline counts from it.
 	lastSend time.Time
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // NewNode validates cfg and returns a Node; it performs no I/O.

@@ -557,3 +557,34 @@ func TestGC(t *testing.T) {
 	wantExit(t, e.run(t, "gc"), 2, bucket.CodeBadRequest)
 	wantExit(t, e.run(t, "gc", "snap", "--all"), 2, bucket.CodeBadRequest)
 }
+
+// TestClaimReleaseNeverActAsLiveNode: claim and release under an explicit
+// --node that a live process renews are refused (DEED-E020); --as-node
+// releases on purpose; a one-shot claim without --node is a fence under
+// its own id, and needs --force against a live owner.
+func TestClaimReleaseNeverActAsLiveNode(t *testing.T) {
+	e := newCellEnv(t)
+	hold := e.start(t, "claim", "c", "--node", "d1", "--hold", "--ttl", "1s")
+	hold.waitOut(t, "holding cell c for node d1 at epoch 1", 10*time.Second)
+
+	r := e.run(t, "claim", "c", "--node", "d1")
+	wantExit(t, r, 4, bucket.CodeHeld)
+	if !strings.Contains(r.stderr, "node id d1 is in use by a live process") || !strings.Contains(r.stderr, "--as-node d1") {
+		t.Errorf("claim as a live node: %q", r.stderr)
+	}
+	r = e.run(t, "claim", "c")
+	wantExit(t, r, 4, bucket.CodeHeld)
+	if !strings.Contains(r.stderr, "held by live node d1") {
+		t.Errorf("claim of a live owner's cell: %q", r.stderr)
+	}
+	wantExit(t, e.run(t, "release", "c"), 4, bucket.CodeNotHolder)
+	wantExit(t, e.run(t, "release", "c", "--node", "d1"), 4, bucket.CodeHeld)
+	wantExit(t, e.run(t, "release", "c", "--node", "d1", "--as-node", "d1"), 2, bucket.CodeBadRequest)
+	if rec, _ := e.record(t, "c"); rec.Node != "d1" || rec.Epoch != 1 {
+		t.Fatalf("refused commands changed the record: %+v", rec)
+	}
+	r = e.run(t, "release", "c", "--as-node", "d1")
+	wantExit(t, r, 0, "")
+	res := hold.wait(t, 10*time.Second)
+	wantExit(t, res, 3, bucket.CodeSuperseded)
+}

@@ -145,3 +145,43 @@ func TestExecLeaseLostKillsAfterGrace(t *testing.T) {
 		t.Errorf("stderr %q", res.stderr)
 	}
 }
+
+// TestExecWaitsThroughNodeIDInUse: --wait covers a node id in use as well
+// as a held cell; the second exec under the same explicit --node runs once
+// the first one ends.
+func TestExecWaitsThroughNodeIDInUse(t *testing.T) {
+	e := newCellEnv(t)
+	first := e.start(t, "exec", "job1", "--node", "a", "--ttl", "1s", "--", "sh", "-c", "echo running; exec sleep 30")
+	first.waitOut(t, "running", 10*time.Second)
+	second := e.start(t, "exec", "job2", "--node", "a", "--ttl", "1s", "--wait", "30s", "--", "echo", "second ran")
+	time.Sleep(1500 * time.Millisecond) // past one watch of the node lease: "in use"
+	if res := first.stop(t); res.status != 143 {
+		t.Fatalf("first exec: exit %d, stderr %q", res.status, res.stderr)
+	}
+	res := second.wait(t, 20*time.Second)
+	wantExit(t, res, 0, "")
+	if res.stdout != "second ran\n" {
+		t.Fatalf("second exec stdout %q", res.stdout)
+	}
+}
+
+// TestExecDefaultIdentity: without --node, an exec runs under a fresh
+// <host>-exec-<random> id, not DEED_NODE and not the hostname.
+func TestExecDefaultIdentity(t *testing.T) {
+	e := newCellEnv(t)
+	e.env[envNode] = "daemon-1"
+	host, _ := os.Hostname()
+	ids := map[string]bool{}
+	for range 2 {
+		r := e.run(t, "exec", "job", "--ttl", "1s", "--", "sh", "-c", `echo "$DEED_NODE"`)
+		wantExit(t, r, 0, "")
+		id := strings.TrimSpace(r.stdout)
+		if !strings.HasPrefix(id, host+"-exec-") || len(id) != len(host)+len("-exec-")+8 || owner.ValidateName("node", id) != nil {
+			t.Fatalf("exec ran as %q, want %s-exec-<8 hex>", id, host)
+		}
+		ids[id] = true
+	}
+	if len(ids) != 2 {
+		t.Fatalf("two execs shared an id: %v", ids)
+	}
+}
