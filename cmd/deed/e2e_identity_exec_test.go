@@ -232,3 +232,52 @@ func TestE2EExecStoppedSupervisorNoOverlap(t *testing.T) {
 		t.Errorf("the guard did not say it killed the group:\n%s", first.out)
 	}
 }
+
+// childWithEnv finds the child of parent whose environment holds kv.
+func childWithEnv(t *testing.T, parent int, kv string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			stat, err := os.ReadFile(d + "/stat")
+			if err != nil {
+				continue
+			}
+			i := bytes.LastIndexByte(stat, ')')
+			f := strings.Fields(string(stat[i+1:]))
+			if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+				continue
+			}
+			env, _ := os.ReadFile(d + "/environ")
+			if bytes.Contains(env, []byte("\x00"+kv+"\x00")) {
+				pid, _ := strconv.Atoi(filepath.Base(d))
+				return pid
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no child of %d with %s", parent, kv)
+	return 0
+}
+
+// TestE2EExecGuardDeathKillsTheCommand: if the guard dies, exec kills its
+// command (nothing would stop it in time were exec paused) and exits 3.
+func TestE2EExecGuardDeathKillsTheCommand(t *testing.T) {
+	c := newE2ECluster(t)
+	dir := t.TempDir()
+	hb, pidfile := filepath.Join(dir, "hb"), filepath.Join(dir, "pid")
+	first := startDeed(t, append(c.env, "HB="+hb, "PIDFILE="+pidfile), "exec", "job", "--ttl", "2s", "--", "sh", "-c", heartbeatScript)
+	loop := waitPID(t, pidfile)
+	killLeftover(t, loop)
+	g := childWithEnv(t, first.cmd.Process.Pid, envGuard+"=1")
+	if err := syscall.Kill(g, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if st := first.wait(t, 20*time.Second); st != 3 || !strings.Contains(first.out.String(), "the exec guard process exited") {
+		t.Fatalf("exec after its guard died: exit %d\n%s", st, first.out)
+	}
+	if processAlive(loop) {
+		t.Fatalf("the command's grandchild %d still runs", loop)
+	}
+}

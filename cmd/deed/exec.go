@@ -35,6 +35,11 @@ type childExit struct{ status int }
 
 func (e *childExit) Error() string { return fmt.Sprintf("command exited with status %d", e.status) }
 
+// errGuardExited ends an exec whose guard process died: the command is
+// killed, since nothing would stop it in time were exec paused. Exit 3,
+// as for a fenced node: the run's exclusivity can no longer be vouched for.
+var errGuardExited = bucket.Errorf(bucket.CodeNodeFenced, "the exec guard process exited: nothing would stop the command in time if this process were paused")
+
 // signalGrace is how long exec waits after an interrupt before it sends
 // SIGTERM itself, when its context was cancelled without a signal reaching
 // it (an in-process caller); a real signal is forwarded as it is.
@@ -164,6 +169,10 @@ stderr; any other status is CMD's.`,
 			if err != nil { // CMD did not start
 				releaseAndClose(ctx, n, l, log)
 				return bucket.Errorf(bucket.CodeBadRequest, "exec %s: start %q: %w", cell, argv[0], err)
+			}
+			if errors.Is(lost, errGuardExited) {
+				closeNode(ctx, n, log)
+				return bucket.Wrap(lost, "exec %s: command killed (exit status %d)", cell, status)
 			}
 			if lost != nil {
 				closeNode(ctx, n, log)
@@ -327,7 +336,7 @@ func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, g *execGuard, g
 		case <-guardGone:
 			guardGone = nil
 			if lost == nil {
-				lost = bucket.Errorf(bucket.CodeNodeFenced, "the exec guard process exited: nothing would stop the command in time if this process were paused")
+				lost = errGuardExited
 			}
 			log.Error("exec guard exited; killing the command", "cell", l.Cell())
 			send(sigKILL)
