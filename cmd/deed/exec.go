@@ -55,46 +55,55 @@ func newExecCmd(cfg *config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exec CELL [flags] -- CMD [ARGS...]",
 		Short: "Run a command while holding a cell: a flock over S3",
-		Long: `exec runs CMD while --node holds CELL, like flock(1) with the lock in the
-bucket. It opens a node lease for --node (renewed every TTL/3 in the
-background), claims CELL, runs CMD with these variables added to its
-environment:
+		Long: `exec runs CMD while it holds CELL, like flock(1) with the lock in the
+bucket. It runs under a node id of its own, <host>-exec-<random>, unless
+--node names one (DEED_NODE is not read: it names the daemon). It opens a
+node lease for that id (renewed every TTL/3 in the background), claims
+CELL, runs CMD with these variables added to its environment:
 
   DEED_CELL    the cell
   DEED_EPOCH   the epoch of this claim
-  DEED_NODE    the node id (--node)
+  DEED_NODE    exec's node id
   DEED_PREFIX  the claim's data prefix in the bucket, bucket prefix included:
                [PREFIX/]cells/CELL/ltx/e<EPOCH>/
 
 and, when CMD exits, releases the cell and the node lease and exits with
 CMD's exit status (128+N when a signal N killed it).
 
-A cell held by a live node is DEED-E020, exit 4; --wait DUR keeps trying for
-DUR (an owner that releases is followed at once, a dead one after its TTL +
-margin). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, and exec waits for
+A cell held by a live node is DEED-E020, exit 4, and so is a --node that a
+live process runs under; --wait DUR keeps trying through both for DUR (an
+owner that releases is followed at once, a dead one after its TTL + margin). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, and exec waits for
 it to exit. If the lease is lost while CMD runs (another node forced a claim,
 an operator force-released the cell, or the node lease could not be renewed
 in time), exec sends SIGTERM to CMD, SIGKILL after --grace, and exits 3
 with DEED-E021 or DEED-E025. Ownership changes are noticed within TTL/3.
 
 CMD runs in its own process group, and signals go to the whole group, so a
-shell script's children are stopped with it. A command that reads the
+shell script's children are stopped with it; what is left of the group
+when CMD exits is killed before the release. A command that reads the
 terminal needs --foreground (it then stays in deed's process group, and
-signals reach only CMD itself). On Linux, CMD is killed if deed dies, since
-nothing would renew the lease any more.
+signals reach only CMD itself).
+
+On Unix a guard process, in a process group of its own so that it is not
+stopped or killed with exec, SIGKILLs CMD's group at the node's fence
+deadline (TTL-margin after the last renewal that succeeded) unless exec
+proved a later renewal, and at once if exec dies; peers may take the cell
+only after TTL+margin. If the guard dies, exec kills CMD and exits 3. A
+paused machine pauses the guard too: use DEED_EPOCH as a fencing token
+where CMD writes.
 
 exec writes only the ownership record and the node lease: it does not seal
 the cell's log (a lock taken thousands of times must not pay for, or leave,
 a seal each time). Use exec on cells used as locks; to take a cell away
 from a daemon that writes its log, use 'deed claim --force'.
 
-Two execs with the same --node cannot both run: the second one finds the
-node lease renewed by a live process and fails with DEED-E020 (within about
-TTL/3), so give concurrent execs on one host distinct node ids, for example
---node "$(hostname)-job1". deed's own failures exit 1-5 with a DEED code on
-stderr; any other status is CMD's.`,
+Execs on one host need nothing special: each has its own id. Two execs
+given the same --node cannot both run: the second one finds the node lease
+renewed by a live process and fails with DEED-E020 (within about TTL/3).
+deed's own failures exit 1-5 with a DEED code on stderr; any other status
+is CMD's.`,
 		Example: `  deed exec nightly-report -- ./report.sh --full
-  deed exec nightly-report --node "$(hostname)-report" --wait 10m --ttl 10s -- ./report.sh
+  deed exec nightly-report --wait 10m --ttl 10s -- ./report.sh
   deed exec db-migrate --foreground -- psql "$DATABASE_URL"`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -194,7 +203,7 @@ stderr; any other status is CMD's.`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&wait, "wait", 0, "keep trying this long while a live node holds the cell (0: exit 4 at once)")
+	f.DurationVar(&wait, "wait", 0, "keep trying this long while the cell (or, with --node, the node id) is held by a live process (0: exit 4 at once)")
 	f.DurationVar(&ttl, "ttl", owner.DefaultTTL, "node lease TTL (renewed every TTL/3); the lease is fenced, and CMD stopped, if no renewal succeeds within TTL-margin")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after a lost lease, how long CMD gets between SIGTERM and SIGKILL")
 	f.BoolVar(&foreground, "foreground", false, "keep CMD in deed's process group, for commands that read the terminal (signals then reach CMD only, not its children)")
