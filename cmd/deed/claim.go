@@ -98,6 +98,7 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 				if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
 					return bucket.Wrap(err, "claim %s", cell)
 				}
+				defer cfg.dropOwnLease(ctx, b, n, log) // after every path closed n
 			} else if cfg.nodeSet {
 				// A one-shot claim opens no node lease, so nothing else
 				// stops it acting as a live process's id.

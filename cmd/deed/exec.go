@@ -141,6 +141,7 @@ is CMD's.`,
 			if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
 				return bucket.Wrap(err, "exec %s", cell)
 			}
+			defer cfg.dropOwnLease(ctx, b, n, log) // after every path closed n
 			l, err := hw.claim(ctx, n, cell, false, nil)
 			if err != nil {
 				closeNode(ctx, n, log)

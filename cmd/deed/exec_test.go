@@ -184,4 +184,10 @@ func TestExecDefaultIdentity(t *testing.T) {
 	if len(ids) != 2 {
 		t.Fatalf("two execs shared an id: %v", ids)
 	}
+	// Their node leases are gone, not left to pile up under nodes/.
+	for _, k := range e.keys(t) {
+		if strings.Contains(k, "/nodes/") {
+			t.Errorf("exec left %s", k)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -92,4 +93,26 @@ func refuseLiveNode(ctx context.Context, b bucket.Bucket, node string) error {
 	}
 	return bucket.Errorf(bucket.CodeHeld, "node id %s is in use by a live process (incarnation %s, %s): acting as it would fence it; omit --node to act under an id of your own, or pass --%s %s to act as that node on purpose",
 		node, ob.Incarnation, addr, asNodeFlag, node)
+}
+
+// dropOwnLease deletes the node lease of an id generated for this process
+// (not one given with --node) once the node was closed: every exec and
+// claim --hold has a fresh id, and their released leases would otherwise
+// pile up under nodes/, which every daemon lists each TTL/3. A missing
+// lease means what a released one does: the node is dead. The delete is
+// conditional on the version this process wrote last (released, its own
+// incarnation); anything else is left alone.
+func (cfg *config) dropOwnLease(ctx context.Context, b bucket.Bucket, n *owner.Node, log *slog.Logger) {
+	if cfg.nodeSet {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	ob, err := owner.NewObserver(b, n.Params()).Observe(dctx, n.Name())
+	if err == nil && ob.Exists && ob.Released && ob.Incarnation == n.Incarnation() {
+		err = b.Delete(dctx, owner.NodeKey(n.Name()), bucket.IfMatch(ob.ETag))
+	}
+	if err != nil {
+		log.Debug("leaving the node lease in place", "node", n.Name(), "err", err)
+	}
 }
