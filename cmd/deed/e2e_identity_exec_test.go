@@ -84,7 +84,7 @@ func TestE2EClaimOnDaemonHostDoesNotFence(t *testing.T) {
 // to $HB every 20ms, and writes the loop's pid to $PIDFILE.
 const heartbeatScript = `( while :; do date +%s%N >> "$HB"; sleep 0.02; done ) & echo $! > "$PIDFILE"; wait`
 
-// lastLine is the last complete number in file (0 when there is none).
+// lastNumber is the last complete number in file (0 when there is none).
 func lastNumber(t *testing.T, file string) int64 {
 	t.Helper()
 	raw, err := os.ReadFile(file)
@@ -143,6 +143,22 @@ func killLeftover(t *testing.T, pid int) {
 	})
 }
 
+// heartbeatExec starts an exec of cell job (TTL 2s) running
+// heartbeatScript in dir, and waits for the first heartbeat. It returns the
+// exec, the heartbeat file and the loop's pid (killed at the end of the test
+// if it still runs).
+func heartbeatExec(t *testing.T, c *e2eCluster, dir string) (*proc, string, int) {
+	t.Helper()
+	hb, pidfile := filepath.Join(dir, "hb"), filepath.Join(dir, "pid")
+	first := startDeed(t, append(c.env, "HB="+hb, "PIDFILE="+pidfile), "exec", "job", "--ttl", "2s", "--", "sh", "-c", heartbeatScript)
+	loop := waitPID(t, pidfile)
+	killLeftover(t, loop)
+	for lastNumber(t, hb) == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return first, hb, loop
+}
+
 // secondExec runs an exec of cell job that waits for it and writes the
 // time it started to the returned file.
 func secondExec(t *testing.T, c *e2eCluster, dir string) (*proc, string) {
@@ -159,13 +175,7 @@ func secondExec(t *testing.T, c *e2eCluster, dir string) (*proc, string) {
 func TestE2EExecKill9KillsTheGroup(t *testing.T) {
 	c := newE2ECluster(t)
 	dir := t.TempDir()
-	hb, pidfile := filepath.Join(dir, "hb"), filepath.Join(dir, "pid")
-	first := startDeed(t, append(c.env, "HB="+hb, "PIDFILE="+pidfile), "exec", "job", "--ttl", "2s", "--", "sh", "-c", heartbeatScript)
-	loop := waitPID(t, pidfile)
-	killLeftover(t, loop)
-	for lastNumber(t, hb) == 0 {
-		time.Sleep(20 * time.Millisecond)
-	}
+	first, hb, loop := heartbeatExec(t, c, dir)
 
 	killed := time.Now()
 	// Not waited for: its output pipe stays open as long as anything of
@@ -197,13 +207,7 @@ func TestE2EExecKill9KillsTheGroup(t *testing.T) {
 func TestE2EExecStoppedSupervisorNoOverlap(t *testing.T) {
 	c := newE2ECluster(t)
 	dir := t.TempDir()
-	hb, pidfile := filepath.Join(dir, "hb"), filepath.Join(dir, "pid")
-	first := startDeed(t, append(c.env, "HB="+hb, "PIDFILE="+pidfile), "exec", "job", "--ttl", "2s", "--", "sh", "-c", heartbeatScript)
-	loop := waitPID(t, pidfile)
-	killLeftover(t, loop)
-	for lastNumber(t, hb) == 0 {
-		time.Sleep(20 * time.Millisecond)
-	}
+	first, hb, loop := heartbeatExec(t, c, dir)
 
 	first.signal(t, syscall.SIGSTOP)
 	stopped := time.Now()
@@ -211,6 +215,9 @@ func TestE2EExecStoppedSupervisorNoOverlap(t *testing.T) {
 	second, started := secondExec(t, c, dir)
 	if st := second.wait(t, 60*time.Second); st != 0 {
 		t.Fatalf("second exec: exit %d\n%s", st, second.out)
+	}
+	if processAlive(loop) {
+		t.Errorf("the stopped exec's grandchild %d still runs after the second exec ran", loop)
 	}
 	if d := time.Until(stopped.Add(6 * time.Second)); d > 0 {
 		time.Sleep(d)
@@ -265,11 +272,7 @@ func childWithEnv(t *testing.T, parent int, kv string) int {
 // command (nothing would stop it in time were exec paused) and exits 3.
 func TestE2EExecGuardDeathKillsTheCommand(t *testing.T) {
 	c := newE2ECluster(t)
-	dir := t.TempDir()
-	hb, pidfile := filepath.Join(dir, "hb"), filepath.Join(dir, "pid")
-	first := startDeed(t, append(c.env, "HB="+hb, "PIDFILE="+pidfile), "exec", "job", "--ttl", "2s", "--", "sh", "-c", heartbeatScript)
-	loop := waitPID(t, pidfile)
-	killLeftover(t, loop)
+	first, _, loop := heartbeatExec(t, c, t.TempDir())
 	g := childWithEnv(t, first.cmd.Process.Pid, envGuard+"=1")
 	if err := syscall.Kill(g, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
