@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
@@ -47,5 +48,49 @@ func TestAfterEnd(t *testing.T) {
 		ran := make(chan struct{})
 		zero.AfterEnd(func() { close(ran) })
 		<-ran
+	})
+}
+
+// FenceDeadline is TTL−margin after the send time of the last node-lease
+// write that succeeded: it moves with each renewal, and not while
+// renewals fail, so a watchdog fed with it (deed exec's guard) stops work
+// when the node does.
+func TestNodeFenceDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		n := newNode(t, m, "a")
+		if !n.FenceDeadline().IsZero() {
+			t.Fatalf("before Open: %v", n.FenceDeadline())
+		}
+		opened := time.Now()
+		if err := n.Open(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeNode(n) })
+		if got, want := n.FenceDeadline(), opened.Add(ttl-margin); !got.Equal(want) {
+			t.Fatalf("after Open: %v, want %v", got, want)
+		}
+		time.Sleep(ttl/3 + time.Millisecond) // one renewal
+		synctest.Wait()
+		renewed := n.FenceDeadline()
+		if want := opened.Add(ttl/3 + ttl - margin); !renewed.Equal(want) {
+			t.Fatalf("after a renewal: %v, want %v", renewed, want)
+		}
+		// Renewals fail: the deadline stays, and the node fences at it.
+		m.Inject(fakes3.Rule{Op: fakes3.OpPut, KeyPrefix: owner.NodesPrefix, Fault: fakes3.ErrBefore})
+		time.Sleep(renewed.Sub(time.Now()) - time.Millisecond)
+		if !n.FenceDeadline().Equal(renewed) {
+			t.Fatalf("moved without a renewal: %v", n.FenceDeadline())
+		}
+		select {
+		case <-n.Done():
+			t.Fatal("fenced before its deadline")
+		default:
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if bucket.CodeOf(n.Err()) != bucket.CodeNodeFenced {
+			t.Fatalf("after the deadline: %v", n.Err())
+		}
 	})
 }
