@@ -284,3 +284,20 @@ func TestE2EExecGuardDeathKillsTheCommand(t *testing.T) {
 		t.Fatalf("the command's grandchild %d still runs", loop)
 	}
 }
+
+// TestE2EExecKillsLeftoversBeforeRelease: what is left of the command's
+// process group when the command exits (a background job) is killed
+// before the cell is released: the lock covers the group.
+func TestE2EExecKillsLeftoversBeforeRelease(t *testing.T) {
+	c := newE2ECluster(t)
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	st, out := c.cli(t, "exec", "job", "--", "sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $! > "`+pidfile+`"`)
+	if st != 0 {
+		t.Fatalf("exec: exit %d %s", st, out)
+	}
+	pid := waitPID(t, pidfile)
+	killLeftover(t, pid)
+	if processAlive(pid) {
+		t.Fatalf("the command's background job %d outlived the exec and its release", pid)
+	}
+}
