@@ -140,13 +140,6 @@ func (w *heldWait) claim(ctx context.Context, n *owner.Node, cell string, force 
 	return l, err
 }
 
-// claimWait claims cell with n. With wait > 0 it keeps trying while the
-// cell is held by a live node (DEED-E020) until wait has elapsed; any
-// other error ends the wait at once.
-func claimWait(ctx context.Context, n *owner.Node, cell string, force bool, wait time.Duration, log *slog.Logger) (*owner.Lease, error) {
-	return newHeldWait(wait, n.Params().TTL, log).claim(ctx, n, cell, force, nil)
-}
-
 // watchRecord polls the cell's ownership record every interval and ends l
 // as superseded as soon as the record no longer carries l's claim: another
 // node took the cell over (a forced claim, or a takeover after judging this

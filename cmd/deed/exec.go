@@ -72,7 +72,8 @@ CMD's exit status (128+N when a signal N killed it).
 
 A cell held by a live node is DEED-E020, exit 4, and so is a --node that a
 live process runs under; --wait DUR keeps trying through both for DUR (an
-owner that releases is followed at once, a dead one after its TTL + margin). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, and exec waits for
+owner that releases is followed at once, a dead one after its TTL +
+margin). SIGINT, SIGTERM and SIGHUP are forwarded to CMD, and exec waits for
 it to exit. If the lease is lost while CMD runs (another node forced a claim,
 an operator force-released the cell, or the node lease could not be renewed
 in time), exec sends SIGTERM to CMD, SIGKILL after --grace, and exits 3
