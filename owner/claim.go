@@ -74,6 +74,9 @@ func (n *Node) Claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 }
 
 func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Lease, string, error) {
+	if l, reason, err, done := n.claimFirst(ctx, cell, opts); done {
+		return l, reason, err
+	}
 	key := CellKey(cell)
 	p := n.cfg.params()
 	var lastErr error
@@ -161,6 +164,9 @@ func (n *Node) read(ctx context.Context, cell string) (Current, string, error) {
 	case err != nil:
 		return Current{}, "", err
 	}
+	n.mu.Lock()
+	n.noteHint(cell, Hint{Known: true}, true)
+	n.mu.Unlock()
 	rec, perr := ParseRecord(key, obj.Body)
 	return Current{Exists: true, Corrupt: perr != nil, Record: rec}, obj.ETag, nil
 }
@@ -208,6 +214,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 	}
 	old := n.held[cell]
 	n.held[cell] = l
+	delete(n.hints, cell) // the lease knows its ETag while it is held
 	n.mu.Unlock()
 	if old != nil {
 		old.end(bucket.Errorf(bucket.CodeSuperseded, "lease lost: cell %s epoch %d superseded by re-entry at epoch %d", cell, old.epoch, rec.Epoch))
@@ -219,7 +226,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	key := CellKey(l.cell)
 	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
-	_, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
+	etag, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
 	switch {
 	case err == nil:
 	case errors.Is(err, bucket.ErrPrecondition):
@@ -241,7 +248,13 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 			l.Supersede(fmt.Errorf("own.json changed since the claim"))
 			return l.Err()
 		}
+		etag = got
 	}
+	// Remembered before the lease ends, so that this node's next claim of
+	// the cell is one If-Match PUT on the version its release wrote.
+	n.mu.Lock()
+	n.noteHint(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch}, false)
+	n.mu.Unlock()
 	l.end(bucket.Errorf(bucket.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
 	n.log.Info("released", "cell", l.cell, "epoch", l.epoch)
 	return nil

@@ -75,6 +75,7 @@ type Node struct {
 
 	mu     sync.Mutex
 	held   map[string]*Lease
+	hints  map[string]Hint // cells not held, for a claim's first write (claimFirst); bounded by maxHints
 	opened bool
 	closed bool
 	fenced chan struct{} // closed when the node fences or closes
@@ -546,6 +547,9 @@ func (n *Node) forget(l *Lease) {
 	n.mu.Lock()
 	if n.held[l.cell] == l {
 		delete(n.held, l.cell)
+		if n.ferr == nil {
+			n.noteHint(l.cell, Hint{Known: true}, true)
+		}
 	}
 	n.mu.Unlock()
 }
