@@ -86,6 +86,9 @@ func (p *proxy) count(prefix string) int64 {
 	return p.counts[prefix]
 }
 
+// result is one row cell: mean latency in RTTs and requests per acquisition.
+type result struct{ rtt, req float64 }
+
 // locker is one tool's acquire and release of a lock on a key of its own.
 type locker interface {
 	acquire(ctx context.Context, key string) error
@@ -160,41 +163,27 @@ func run(ctx context.Context, out io.Writer, delay time.Duration, n int, ttl tim
 		{"sets3lock " + modVersion("github.com/shogo82148/sets3lock"), "sets3lock/cells",
 			&sets3Locker{client: client, held: map[string]*sets3lock.Locker{}}, &sets3Locker{client: client, held: map[string]*sets3lock.Locker{}}},
 	}
-	type cellResult struct{ rtt, req float64 }
-	var fresh, again, others []cellResult
+	var fresh, again, others []result
 	for _, tool := range tools {
-		f, err := measure(ctx, px, tool.prefix, delay, n, func(i int) (string, error) {
-			return tool.prefix + "/fresh-" + fmt.Sprint(i), nil
-		}, tool.l, nil)
+		// Warm up (connections, the SDK's first-request setup): not reported.
+		if _, err := measure(ctx, px, tool.prefix, delay, 3, "warmup", tool.l, tool.l); err != nil {
+			return fmt.Errorf("%s: warm-up: %w", tool.name, err)
+		}
+		f, err := measure(ctx, px, tool.prefix, delay, n, "fresh", tool.l, nil)
 		if err != nil {
 			return fmt.Errorf("%s: acquire a never-claimed cell: %w", tool.name, err)
 		}
-		a, err := measure(ctx, px, tool.prefix, delay, n, func(i int) (string, error) {
-			return tool.prefix + "/again-" + fmt.Sprint(i), nil
-		}, tool.l, func(key string) error {
-			// Not measured: the tool takes and releases the cell first.
-			if err := tool.l.acquire(ctx, key); err != nil {
-				return err
-			}
-			return tool.l.release(ctx, key)
-		})
+		a, err := measure(ctx, px, tool.prefix, delay, n, "again", tool.l, tool.l)
 		if err != nil {
 			return fmt.Errorf("%s: acquire after release: %w", tool.name, err)
 		}
-		o, err := measure(ctx, px, tool.prefix, delay, n, func(i int) (string, error) {
-			return tool.prefix + "/other-" + fmt.Sprint(i), nil
-		}, tool.l, func(key string) error {
-			if err := tool.other.acquire(ctx, key); err != nil {
-				return err
-			}
-			return tool.other.release(ctx, key)
-		})
+		o, err := measure(ctx, px, tool.prefix, delay, n, "other", tool.l, tool.other)
 		if err != nil {
 			return fmt.Errorf("%s: acquire after another's release: %w", tool.name, err)
 		}
-		fresh = append(fresh, cellResult(f))
-		again = append(again, cellResult(a))
-		others = append(others, cellResult(o))
+		fresh = append(fresh, f)
+		again = append(again, a)
+		others = append(others, o)
 	}
 
 	perNode, err := deedRenewals(ctx, b, px, leases, delay)
@@ -211,7 +200,7 @@ func run(ctx context.Context, out io.Writer, delay time.Duration, n int, ttl tim
 
 	fmt.Fprintf(out, "Through one %v latency proxy in front of deed's fakes3 server (127.0.0.1), %d acquisitions per cell; RTT = mean latency / %v.\n\n", delay, n, delay)
 	fmt.Fprintf(out, "| measurement | %s | %s | %s | limit |\n|---|---|---|---|---|\n", tools[0].name, tools[1].name, tools[2].name)
-	row := func(name string, rs []cellResult, limit string) {
+	row := func(name string, rs []result, limit string) {
 		fmt.Fprintf(out, "| %s |", name)
 		for _, r := range rs {
 			fmt.Fprintf(out, " %.2f RTT, %.2f requests |", r.rtt, r.req)
@@ -226,35 +215,36 @@ func run(ctx context.Context, out io.Writer, delay time.Duration, n int, ttl tim
 	return nil
 }
 
-// measure times n acquisitions, each of a key from keyOf after setup (not
-// timed, not counted) ran on it, and returns the mean latency in units of
-// delay and the mean number of requests under prefix. Each acquired lock is
-// released afterwards, outside the measurement.
-func measure(ctx context.Context, px *proxy, prefix string, delay time.Duration, n int, keyOf func(int) (string, error), l locker, setup func(key string) error) (struct{ rtt, req float64 }, error) {
+// measure times n acquisitions by l of fresh keys under prefix/name-<i>,
+// and returns the mean latency in units of delay and the mean number of
+// requests under prefix. When first is set, it acquires and releases each
+// key before (not timed, not counted). Each lock l acquired is released
+// afterwards, outside the measurement.
+func measure(ctx context.Context, px *proxy, prefix string, delay time.Duration, n int, name string, l, first locker) (result, error) {
 	var total time.Duration
 	var reqs int64
 	for i := range n {
-		key, err := keyOf(i)
-		if err != nil {
-			return struct{ rtt, req float64 }{}, err
-		}
-		if setup != nil {
-			if err := setup(key); err != nil {
-				return struct{ rtt, req float64 }{}, err
+		key := fmt.Sprintf("%s/%s-%d", prefix, name, i)
+		if first != nil {
+			if err := first.acquire(ctx, key); err != nil {
+				return result{}, err
+			}
+			if err := first.release(ctx, key); err != nil {
+				return result{}, err
 			}
 		}
 		before := px.count(prefix)
 		start := time.Now()
 		if err := l.acquire(ctx, key); err != nil {
-			return struct{ rtt, req float64 }{}, err
+			return result{}, err
 		}
 		total += time.Since(start)
 		reqs += px.count(prefix) - before
 		if err := l.release(ctx, key); err != nil {
-			return struct{ rtt, req float64 }{}, err
+			return result{}, err
 		}
 	}
-	return struct{ rtt, req float64 }{
+	return result{
 		rtt: float64(total) / float64(n) / float64(delay),
 		req: float64(reqs) / float64(n),
 	}, nil
@@ -280,26 +270,19 @@ func deedRenewals(ctx context.Context, b bucket.Bucket, px *proxy, leases int, d
 	if err != nil {
 		return 0, err
 	}
-	defer node.Close(context.WithoutCancel(ctx))
-	// Claimed before the node opens, concurrently, to keep the row short
+	defer func() {
+		// Released side by side: Close would release them one by one.
+		held := node.Held()
+		_ = parallel(len(held), func(i int) error { return held[i].Release(ctx) })
+		node.Close(context.WithoutCancel(ctx))
+	}()
+	// Claimed before the node opens, side by side, to keep the row short
 	// and the renewals it measures undisturbed; what the node renews does
 	// not depend on what it holds.
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	sem := make(chan struct{}, 64)
-	for i := range leases {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := node.Claim(ctx, fmt.Sprintf("cell-%d", i), owner.ClaimOptions{}); err != nil {
-				failed.Store(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+	if err := parallel(leases, func(i int) error {
+		_, err := node.Claim(ctx, fmt.Sprintf("cell-%d", i), owner.ClaimOptions{})
+		return err
+	}); err != nil {
 		return 0, err
 	}
 	if err := node.Open(ctx); err != nil {
@@ -319,6 +302,27 @@ func deedRenewals(ctx context.Context, b bucket.Bucket, px *proxy, leases int, d
 		return 0, fmt.Errorf("only %d renewals in %v", len(samples)-first, (intervals+2)*ttl/3)
 	}
 	return float64(samples[first+intervals]-samples[first]) / intervals, nil
+}
+
+// parallel runs f(0..n-1), 64 at a time, and returns one of their errors.
+func parallel(n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	sem := make(chan struct{}, 64)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				failed.Store(err)
+			}
+		}()
+	}
+	wg.Wait()
+	err, _ := failed.Load().(error)
+	return err
 }
 
 // litestreamRenewal returns the requests one RenewLease sends.
