@@ -3,7 +3,9 @@ package owner_test
 // Benchmarks of claims against the limit S3 round trips set: one
 // conditional PUT, 1 RTT. A claim sends that PUT first when it can guess
 // it (a never-claimed cell, a cell this node released); otherwise it reads
-// own.json first, 2 RTT, and a refused guess costs one RTT more. Run with
+// own.json first, 2 RTT. A refused guess costs one RTT more, and after one
+// refusal a node reads unknown cells first (see owner's hintTable), so a
+// run of cells that exist costs 3 RTT for its first claim only. Run with
 // `make bench`; see the README's "Performance and cost".
 
 import (
@@ -25,14 +27,13 @@ import (
 //   - reclaim-own: cells this node claimed and released before (PUT
 //     If-Match on the ETag its release produced: 1 RTT);
 //   - released: cells another process released, which this node has never
-//     seen (PUT If-None-Match refused, GET, PUT If-Match: 3 RTT);
+//     seen (GET, PUT If-Match: 2 RTT; the first claim tries a create
+//     first, refused: 3 RTT);
 //   - dead-owner: cells held by a node whose lease this node has seen
 //     unchanged for longer than TTL+margin (GET, PUT If-Match: the record
 //     names the incarnation that wrote it, and the peer LIST of the renewal
 //     loop already proves that incarnation dead, so the takeover reads
-//     nothing more), after the refused create (3 RTT for a cell this node
-//     has never seen; a cell it has seen, e.g. one a client was refused on
-//     while its owner lived, is read first: 2 RTT);
+//     nothing more; the first claim tries a create first, as above);
 //   - dead-owner-noinc: the same with records that do not name an
 //     incarnation (written by a node that never opened): the owner's lease
 //     is read again before each takeover, one more RTT.

@@ -158,15 +158,17 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 func (n *Node) read(ctx context.Context, cell string) (Current, string, error) {
 	key := CellKey(cell)
 	obj, err := n.b.Get(ctx, key)
+	if err == nil || errors.Is(err, bucket.ErrNotFound) {
+		n.mu.Lock()
+		n.hints.readOwn(cell, err == nil)
+		n.mu.Unlock()
+	}
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
 		return Current{}, "", nil
 	case err != nil:
 		return Current{}, "", err
 	}
-	n.mu.Lock()
-	n.noteHint(cell, Hint{Known: true}, true)
-	n.mu.Unlock()
 	rec, perr := ParseRecord(key, obj.Body)
 	return Current{Exists: true, Corrupt: perr != nil, Record: rec}, obj.ETag, nil
 }
@@ -214,7 +216,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 	}
 	old := n.held[cell]
 	n.held[cell] = l
-	delete(n.hints, cell) // the lease knows its ETag while it is held
+	n.hints.drop(cell) // the lease knows its ETag while it is held
 	n.mu.Unlock()
 	if old != nil {
 		old.end(bucket.Errorf(bucket.CodeSuperseded, "lease lost: cell %s epoch %d superseded by re-entry at epoch %d", cell, old.epoch, rec.Epoch))
@@ -253,7 +255,7 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	// Remembered before the lease ends, so that this node's next claim of
 	// the cell is one If-Match PUT on the version its release wrote.
 	n.mu.Lock()
-	n.noteHint(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch}, false)
+	n.hints.note(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch}, false)
 	n.mu.Unlock()
 	l.end(bucket.Errorf(bucket.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
 	n.log.Info("released", "cell", l.cell, "epoch", l.epoch)

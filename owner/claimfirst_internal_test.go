@@ -20,7 +20,7 @@ func TestHintsAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.mu.Lock()
-		_, kept := n.hints[l.cell]
+		_, kept := n.hints.cells[l.cell]
 		n.mu.Unlock()
 		if kept {
 			t.Fatalf("hint kept for held cell %s", l.cell)
@@ -31,7 +31,7 @@ func TestHintsAreBounded(t *testing.T) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.hints) != maxHints {
-		t.Fatalf("%d hints, want the bound %d", len(n.hints), maxHints)
+	if len(n.hints.cells) != maxHints {
+		t.Fatalf("%d hints, want the bound %d", len(n.hints.cells), maxHints)
 	}
 }

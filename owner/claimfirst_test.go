@@ -1,6 +1,7 @@
 package owner_test
 
 import (
+	"fmt"
 	"testing"
 	"testing/synctest"
 
@@ -195,5 +196,45 @@ func TestFirstWriteAmbiguity(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A node that meets cells which exist although it knows nothing of them (a
+// dead peer's cells, cells another node released) stops sending the
+// create-only PUT first after one refusal, and reads first (2 requests a
+// claim); it returns to creating first once as many unknown cells turned
+// out never claimed.
+func TestUnknownCellsThatExistAreReadFirst(t *testing.T) {
+	m := fakes3.NewMem()
+	a, b := newNode(t, m, "a"), newNode(t, m, "b")
+	for i := range 3 {
+		l, err := a.Claim(t.Context(), fmt.Sprintf("x%d", i), owner.ClaimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		cell string
+		want fakes3.Counts
+	}{
+		{"x0", fakes3.Counts{Put: 2, Get: 1}}, // create refused, read, take
+		{"x1", fakes3.Counts{Put: 1, Get: 1}}, // read first
+		{"x2", fakes3.Counts{Put: 1, Get: 1}},
+		{"n0", fakes3.Counts{Put: 1, Get: 1}}, // never claimed, but read first: 404
+		{"n1", fakes3.Counts{Put: 1, Get: 1}},
+		{"n2", fakes3.Counts{Put: 1, Get: 1}},
+		{"n3", fakes3.Counts{Put: 1}}, // as many absent as existing: create first again
+		{"n4", fakes3.Counts{Put: 1}},
+	}
+	for _, s := range steps {
+		var err error
+		c := counted(m, func() { _, err = b.Claim(t.Context(), s.cell, owner.ClaimOptions{}) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, "claim "+s.cell, c, s.want)
 	}
 }

@@ -104,7 +104,8 @@ type Hint struct {
 //
 //   - nothing known: create with If-None-Match at epoch 1 — the never-claimed
 //     cell costs one request; a refusal (412) costs one more than reading
-//     first would have.
+//     first would have. (A node whose unknown cells have mostly existed
+//     marks them Known: it reads first.)
 //   - released by this node: If-Match on the ETag that release produced,
 //     epoch+1, exactly what Decide makes of a released record; every body
 //     carries a fresh nonce, so that ETag matches only while nobody has

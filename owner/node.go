@@ -75,7 +75,7 @@ type Node struct {
 
 	mu     sync.Mutex
 	held   map[string]*Lease
-	hints  map[string]Hint // cells not held, for a claim's first write (claimFirst); bounded by maxHints
+	hints  hintTable // cells not held, for a claim's first write (claimFirst)
 	opened bool
 	closed bool
 	fenced chan struct{} // closed when the node fences or closes
@@ -548,7 +548,7 @@ func (n *Node) forget(l *Lease) {
 	if n.held[l.cell] == l {
 		delete(n.held, l.cell)
 		if n.ferr == nil {
-			n.noteHint(l.cell, Hint{Known: true}, true)
+			n.hints.note(l.cell, Hint{Known: true}, true)
 		}
 	}
 	n.mu.Unlock()
