@@ -210,8 +210,8 @@ func run(ctx context.Context, out io.Writer, delay time.Duration, n int, ttl tim
 	row("acquire a never-claimed cell", fresh, "1 conditional PUT")
 	row("acquire after release (by the same process)", again, "1 for the node that released it")
 	row("acquire after another process released it", others, "—")
-	fmt.Fprintf(out, "| renewals per hour, %d held leases (TTL %v, renewed every TTL/3) | %s per node (%.2f requests per TTL/3, measured; independent of the leases held) | %s (%.0f PUT per lease per renewal, measured; v0.5.x leaves the renewal loop to the caller, TTL/3 assumed) | 0 (no renewal: a lock is taken over once its LastModified is older than a grace period, on the local clock) | O(nodes) |\n",
-		leases, ttl, thousands(perHour(perNode)), perNode, thousands(perHour(lsPerRenew)*float64(leases)), lsPerRenew)
+	fmt.Fprintf(out, "| renewals per hour, %s held leases (TTL %v, renewed every TTL/3) | %s per node (%.2f requests per TTL/3, measured; independent of the leases held) | %s (%.0f PUT per lease per renewal, measured; v0.5.x leaves the renewal loop to the caller, TTL/3 assumed) | 0 (no renewal: a lock is taken over once its LastModified is older than a grace period, on the local clock) | O(nodes) |\n",
+		thousands(float64(leases)), ttl, thousands(perHour(perNode)), perNode, thousands(perHour(lsPerRenew)*float64(leases)), lsPerRenew)
 	return nil
 }
 
