@@ -4,6 +4,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,7 +25,9 @@ func tlsStore(t *testing.T) (url, pemFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewTLSServer(srv.Handler())
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
+	ts.StartTLS()
 	t.Cleanup(ts.Close)
 	pemFile = filepath.Join(t.TempDir(), "ca.pem")
 	block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
