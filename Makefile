@@ -6,6 +6,7 @@
 #   make test-s3  the same, plus every S3 table against versitygw (installed on first use)
 #   make lint     gofmt + go vet
 #   make bench    benchmarks only
+#   make bench-peers  deed, Litestream's S3 leaser and sets3lock side by side
 #   make run      the node daemon on the embedded store (./deed-data)
 #   make clean    remove build output
 
@@ -22,7 +23,7 @@ VERSITYGW := $(abspath $(CACHE))/versitygw
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-s3 versitygw lint bench run clean sim
+.PHONY: build test test-s3 versitygw lint bench bench-peers run clean sim
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -63,6 +64,14 @@ lint:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-peers: acquisition cost of deed, Litestream's S3 leaser and sets3lock
+# through one latency proxy in front of deed's fakes3 server, all on
+# 127.0.0.1. bench/peers is a Go module of its own, so the peers never
+# become deed's dependencies. PEERS_FLAGS="-delay 20ms -n 25 -ttl 10s".
+PEERS_FLAGS ?=
+bench-peers:
+	cd bench/peers && $(GO) run . $(PEERS_FLAGS)
 
 # run: the node daemon on its embedded store (data in ./deed-data), API on
 # 127.0.0.1:7480, the store itself on 127.0.0.1:7481 for the CLI to share.

@@ -3,11 +3,14 @@ package bucket
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -46,6 +49,8 @@ type S3Options struct {
 	// condition). 0 means DefaultWriteTimeout.
 	Timeout time.Duration
 	// HTTPClient replaces the SDK's HTTP client (for tests, proxies, TLS).
+	// With AWS_CA_BUNDLE set, OpenS3 uses a copy whose transport trusts the
+	// bundle's certificates (see caBundleClient).
 	HTTPClient *http.Client
 	// Credentials replaces the AWS default credential chain.
 	Credentials aws.CredentialsProvider
@@ -98,12 +103,27 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 	if opts.Credentials != nil {
 		load = append(load, config.WithCredentialsProvider(opts.Credentials))
 	}
-	if opts.HTTPClient != nil {
-		load = append(load, config.WithHTTPClient(opts.HTTPClient))
+	client := opts.HTTPClient
+	if bundle := os.Getenv(caBundleEnv); client != nil && bundle != "" {
+		// The SDK can load a CA bundle only into an HTTP client it built
+		// itself, and refuses to load the configuration when given another
+		// one. So deed loads the bundle into the caller's transport and
+		// hands the SDK that client only after loading: the SDK's own
+		// client (which it gives the bundle too) serves nothing but the
+		// credential providers it sets up while loading.
+		var err error
+		if client, err = caBundleClient(client, bundle); err != nil {
+			return nil, fmt.Errorf("open s3 bucket %s: %s: %w", loc, caBundleEnv, err)
+		}
+	} else if client != nil {
+		load = append(load, config.WithHTTPClient(client))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, load...)
 	if err != nil {
 		return nil, fmt.Errorf("open s3 bucket %s: load aws config: %w", loc, err)
+	}
+	if client != nil {
+		cfg.HTTPClient = client
 	}
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
@@ -143,6 +163,43 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 		}
 	}
 	return WithPrefix(b, loc.Prefix), nil
+}
+
+// caBundleEnv names the file of PEM certificates AWS tools trust for HTTPS
+// instead of the system's roots.
+const caBundleEnv = "AWS_CA_BUNDLE"
+
+// caBundleClient returns a copy of c whose transport trusts exactly the
+// certificates in the PEM file at path, as the SDK's own client does when
+// AWS_CA_BUNDLE is set. c is not modified. A transport that already names
+// its roots, or that is not an *http.Transport (nil means
+// http.DefaultTransport), was configured by the caller on purpose and is
+// used as it is.
+func caBundleClient(c *http.Client, path string) (*http.Client, error) {
+	rt := c.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	tr, ok := rt.(*http.Transport)
+	if !ok || (tr.TLSClientConfig != nil && tr.TLSClientConfig.RootCAs != nil) {
+		return c, nil
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA bundle: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA bundle %s holds no PEM certificate", path)
+	}
+	tr = tr.Clone()
+	if tr.TLSClientConfig == nil {
+		tr.TLSClientConfig = &tls.Config{}
+	}
+	tr.TLSClientConfig.RootCAs = roots
+	cc := *c
+	cc.Transport = tr
+	return &cc, nil
 }
 
 // checkEndpoint rejects endpoints the SDK would accept but mis-route, such as

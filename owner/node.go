@@ -75,6 +75,7 @@ type Node struct {
 
 	mu     sync.Mutex
 	held   map[string]*Lease
+	hints  hintTable // cells not held, for a claim's first write (claimFirst)
 	opened bool
 	closed bool
 	fenced chan struct{} // closed when the node fences or closes
@@ -569,6 +570,9 @@ func (n *Node) forget(l *Lease) {
 	n.mu.Lock()
 	if n.held[l.cell] == l {
 		delete(n.held, l.cell)
+		if n.ferr == nil {
+			n.hints.note(l.cell, Hint{Known: true}, true)
+		}
 	}
 	n.mu.Unlock()
 }
