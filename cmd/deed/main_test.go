@@ -243,6 +243,12 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v["version"] != "v9.9.9" || v["go"] == "" {
 		t.Errorf("version --json = %q (%v)", r.stdout, err)
 	}
+	// --version prints the same line as the version command.
+	want := deed(t, t.Context(), nil, "version")
+	r = deed(t, t.Context(), nil, "--version")
+	if r.status != 0 || r.stdout != want.stdout || !strings.Contains(r.stdout, "deed v9.9.9 (go") {
+		t.Errorf("--version: exit %d stdout %q stderr %q, want %q", r.status, r.stdout, r.stderr, want.stdout)
+	}
 }
 
 // startFake runs `deed fakes3 args...` in-process and returns its endpoint

@@ -99,6 +99,11 @@ fails the conditional-write contract.`,
 			return cfg.resolve(cmd)
 		},
 	}
+	// --version prints what `deed version` prints (cobra adds the flag
+	// when Version is set).
+	v, _ := buildVersion()
+	root.Version = v
+	root.SetVersionTemplate(versionLine(v) + "\n")
 	root.SetOut(cfg.inv.Stdout)
 	root.SetErr(cfg.inv.Stderr)
 	root.SetArgs(cfg.inv.Args)
