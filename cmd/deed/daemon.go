@@ -107,12 +107,7 @@ func (d *daemon) newNode() (*owner.Node, error) {
 	return owner.NewNode(d.b, owner.Config{
 		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log,
 		Hooks: owner.Hooks{
-			Claim: func(_, result, reason string) {
-				d.m.claims.WithLabelValues(result, reason).Inc()
-				if result == "ok" && (reason == "owner-dead" || reason == "forced") {
-					d.m.takeovers.WithLabelValues(reason).Inc()
-				}
-			},
+			Claim: func(_, result, reason string) { d.m.observeClaim(result, reason) },
 			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
 			Fence: func(reason string) { d.m.fences.WithLabelValues(reason).Inc() },
 		},
@@ -250,7 +245,7 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		d.dropIfEmpty(c)
 		return nil, err
 	}
-	lg, err := replication.Open(ctx, d.b, l, replication.WithLogger(d.log))
+	lg, err := replication.Open(ctx, d.b, l, replication.WithLogger(d.log), replication.WithCommitObserver(d.m.observeCommit))
 	if err != nil {
 		// Not able to fence the predecessors: give the cell back so another
 		// node (or a retry) can.
