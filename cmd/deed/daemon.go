@@ -73,8 +73,11 @@ func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease
 // openDaemon probes the store, opens the node lease and starts watching for
 // a fence. The caller serves the API and calls Close on shutdown.
 func openDaemon(ctx context.Context, cfg daemonConfig, b bucket.Bucket, log *slog.Logger, m *metrics) (*daemon, error) {
+	// One log line per store outage, not one per failed request.
+	health := &storeHealth{log: log}
+	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
 	d := &daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
-	d.b = instrumented{b: b, m: m}
+	d.b = instrumented{b: b, m: m, h: health}
 	if !cfg.SkipProbe {
 		rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{})
 		if err != nil {
@@ -110,6 +113,9 @@ func (d *daemon) newNode() (*owner.Node, error) {
 			Claim: func(_, result, reason string) { d.m.observeClaim(result, reason) },
 			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
 			Fence: func(reason string) { d.m.fences.WithLabelValues(reason).Inc() },
+			Wait: func(left time.Duration) {
+				d.log.Info("waiting out this node's earlier incarnation before acting", "left", left.Round(time.Second))
+			},
 		},
 	})
 }

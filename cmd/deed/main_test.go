@@ -210,12 +210,32 @@ func TestUnreachableStoreExit1(t *testing.T) {
 	}
 }
 
+// --log-format picks slog's JSON or text handler for the log on stderr,
+// independently of --json (which only sets the default).
+func TestLogFormat(t *testing.T) {
+	args := []string{"--bucket", "s3://b", "--endpoint", "http://127.0.0.1:1", "--log-level", "debug"}
+	for _, c := range []struct {
+		flags []string
+		json  bool
+	}{{nil, false}, {[]string{"--log-format", "json"}, true}, {[]string{"--log-format", "text", "--json"}, false}, {[]string{"--json"}, true}} {
+		r := deed(t, t.Context(), nil, append(append(append([]string{}, args...), c.flags...), "show", "c")...)
+		first, _, _ := strings.Cut(r.stderr, "\n")
+		var rec map[string]any
+		isJSON := json.Unmarshal([]byte(first), &rec) == nil && rec["msg"] == "bucket opened" && rec["level"] == "DEBUG"
+		isText := strings.Contains(first, `level=DEBUG msg="bucket opened"`)
+		if isJSON != c.json || isText == c.json {
+			t.Errorf("%v: first log line %q, want JSON: %v", c.flags, first, c.json)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"no-such-command"},
 		{"probe", "--no-such-flag"},
 		{"probe", "extra-arg"},
 		{"--log-level", "loud", "version"},
+		{"--log-format", "xml", "version"},
 		{"version", "now"},
 	} {
 		r := deed(t, t.Context(), nil, args...)

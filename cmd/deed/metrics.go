@@ -133,15 +133,20 @@ func outcome(err error) string {
 	}
 }
 
-// instrumented counts and times every request the daemon sends.
+// instrumented counts and times every request the daemon sends, and tells
+// h (when set) whether the store answered.
 type instrumented struct {
 	b bucket.Bucket
 	m *metrics
+	h *storeHealth
 }
 
 func (i instrumented) observe(op string, start time.Time, err error) {
 	i.m.s3Requests.WithLabelValues(op, outcome(err)).Inc()
 	i.m.s3Latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if i.h != nil {
+		i.h.observe(op, err)
+	}
 }
 
 func (i instrumented) Get(ctx context.Context, key string) (bucket.Object, error) {

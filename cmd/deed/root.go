@@ -44,6 +44,7 @@ type config struct {
 	node      string
 	json      bool
 	logLevel  string
+	logFormat string
 
 	// log writes to stderr at --log-level; set by PersistentPreRunE.
 	log *slog.Logger
@@ -118,6 +119,7 @@ fails the conditional-write contract.`,
 	f.StringVar(&cfg.node, "node", "", "this node's id (env "+envNode+"; default the hostname)")
 	f.BoolVar(&cfg.json, "json", false, "print results and errors as JSON")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	f.StringVar(&cfg.logFormat, "log-format", "", "log format on stderr: text or json (default text; json with --json)")
 
 	for _, c := range commands {
 		root.AddCommand(c(cfg))
@@ -153,7 +155,17 @@ func (cfg *config) resolve(cmd *cobra.Command) error {
 		return bucket.Errorf(bucket.CodeBadRequest, "--log-level %q: want debug, info, warn or error", cfg.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	if cfg.json {
+	switch cfg.logFormat {
+	case "":
+		cfg.logFormat = "text"
+		if cfg.json {
+			cfg.logFormat = "json"
+		}
+	case "text", "json":
+	default:
+		return bucket.Errorf(bucket.CodeBadRequest, "--log-format %q: want text or json", cfg.logFormat)
+	}
+	if cfg.logFormat == "json" {
 		cfg.log = slog.New(slog.NewJSONHandler(cfg.inv.Stderr, opts))
 	} else {
 		cfg.log = slog.New(slog.NewTextHandler(cfg.inv.Stderr, opts))
