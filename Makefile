@@ -103,12 +103,16 @@ release-check:
 # program (no daemon, no base image to pull), written as a tarball that
 # `podman load` / `docker load` read, plus an OCI layout directory.
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+# CA certificates for TLS to the store, copied from this machine (there is
+# no base image to take them from); empty when the machine has none.
+CA_CERTS ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 IMAGE_DIR := $(DIST)/image
 image:
 	mkdir -p '$(IMAGE_DIR)'
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w -X main.version=$(RELEASE_VERSION)' -o '$(IMAGE_DIR)/deed-linux-$(IMAGE_ARCH)' ./cmd/deed
 	cd deploy/image && $(GO) run . -binary '$(abspath $(IMAGE_DIR))/deed-linux-$(IMAGE_ARCH)' -arch $(IMAGE_ARCH) \
-		-tag 'deed:$(RELEASE_VERSION)' -tarball '$(abspath $(IMAGE_DIR))/deed-image.tar' -oci-layout '$(abspath $(IMAGE_DIR))/oci'
+		-version '$(RELEASE_VERSION)' -tag 'deed:$(RELEASE_VERSION)' -ca-certs '$(CA_CERTS)' \
+		-tarball '$(abspath $(IMAGE_DIR))/deed-image.tar' -oci-layout '$(abspath $(IMAGE_DIR))/oci'
 
 # image-check builds the image twice in its own module's test and checks
 # the digest is the same, the config (entrypoint, non-root user) and that
