@@ -15,7 +15,8 @@
 #   make image-check  build the image twice: same digest, config, binary runs
 #   make deploy-check  the Grafana dashboard and alert rules query real series
 #   make man      man pages from the command tree into dist/man
-#   make vuln     govulncheck (skipped, not failed, without its database)
+#   make vuln     govulncheck (skipped, not failed, without its database;
+#                 VULNDB=file:///path uses a local copy)
 #   make clean    remove build output
 
 GO ?= go
@@ -121,7 +122,7 @@ image-check:
 	cd deploy/image && $(GO) test -count=1 ./...
 
 deploy-check:
-	$(GO) test -count=1 -run 'TestDeploy' ./cmd/deed
+	$(GO) test -count=1 -run 'TestDeploy|TestMetricsMatchREADME' ./cmd/deed
 
 # man: one page per command, generated from the cobra command tree.
 man:
