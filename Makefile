@@ -17,6 +17,7 @@
 #   make man      man pages from the command tree into dist/man
 #   make vuln     govulncheck (skipped, not failed, without its database;
 #                 VULNDB=file:///path uses a local copy)
+#   make vuln-selftest  make vuln fails on a finding, skips when offline
 #   make clean    remove build output
 
 GO ?= go
@@ -32,7 +33,7 @@ VERSITYGW := $(abspath $(CACHE))/versitygw
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-s3 versitygw lint bench run clean sim release release-check image image-check deploy-check man vuln
+.PHONY: build test test-s3 versitygw lint bench run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -132,6 +133,11 @@ man:
 # use; when the database cannot be reached the step says so and is skipped.
 vuln:
 	./deploy/vuln.sh
+
+# vuln-selftest: make vuln fails on a finding (a fake entry in a local
+# database) and skips when the database cannot be reached.
+vuln-selftest:
+	./deploy/vuln-selftest.sh
 
 # clean removes build output only; ./deed-data (make run's store) is data.
 clean:

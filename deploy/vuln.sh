@@ -4,7 +4,8 @@
 # vulnerability database: when this machine cannot reach it, the step says
 # so and is skipped (exit 0), which is distinct from vulnerabilities found
 # (exit 3, reported as a failure) and from any other error (exit 1).
-# VULNDB=URL points it at another copy of the database (-db, e.g. file:///srv/vulndb).
+# VULNDB=URL points it at another copy of the database (-db, e.g. file:///srv/vulndb);
+# VULN_DIRS limits the modules checked (deploy/vuln-selftest.sh uses both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -12,7 +13,7 @@ VERSION=v1.9.0
 CACHE=${CACHE:-$HOME/.cache/deed-bin}
 bin="$CACHE/govulncheck"
 
-if ! "$GO" version -m "$bin" 2>/dev/null | grep -q "golang.org/x/vuln[[:space:]]*$VERSION\$"; then
+if ! "$GO" version -m "$bin" 2>/dev/null | grep -qE "golang.org/x/vuln[[:space:]]+$VERSION([[:space:]]|\$)"; then
 	echo "installing govulncheck $VERSION into $CACHE"
 	mkdir -p "$CACHE"
 	GOBIN="$CACHE" "$GO" install "golang.org/x/vuln/cmd/govulncheck@$VERSION"
@@ -27,7 +28,7 @@ unreachable() {
 }
 
 status=0
-for dir in . deploy/image; do
+for dir in ${VULN_DIRS:-. deploy/image}; do
 	echo "govulncheck $dir"
 	set +e
 	out=$(cd "$dir" && "$bin" "${db[@]}" ./... 2>&1)
