@@ -111,9 +111,9 @@ func truncate(s string, n int) string {
 }
 
 // storeLogHandler keeps the daemon's log readable through a store outage.
-// While storeHealth reports one, warnings that carry an error (a renewal
-// retried, a peer observation failed) go to debug: the outage's own lines
-// say it. Any warning or error whose error is long is printed with its
+// While storeHealth reports one, warnings whose error is the outage's (a
+// renewal retried, a peer observation failed) go to debug: the outage's
+// own lines say it. Any warning or error whose error is long is printed with its
 // short cause, the full chain following at debug.
 type storeLogHandler struct {
 	inner slog.Handler
@@ -147,7 +147,7 @@ func (s storeLogHandler) Handle(ctx context.Context, r slog.Record) error {
 	if err == nil {
 		return s.inner.Handle(ctx, r)
 	}
-	if r.Level == slog.LevelWarn && s.h.isDown() {
+	if r.Level == slog.LevelWarn && unreachable(err) && s.h.isDown() {
 		if !s.inner.Enabled(ctx, slog.LevelDebug) {
 			return nil
 		}
