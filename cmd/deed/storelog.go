@@ -26,6 +26,8 @@ const longErr = 160
 // and one at recovery ("store reachable again after 12s, 37 failures").
 // Each failure's full error chain is logged at debug.
 type storeHealth struct {
+	// log is the daemon's logger before storeLogHandler wraps it: observe
+	// logs under mu, and the handler takes mu.
 	log *slog.Logger
 
 	mu         sync.Mutex
