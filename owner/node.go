@@ -56,6 +56,10 @@ type Hooks struct {
 	// failing: this process was paused or too slow, or the answer came
 	// too late), "replaced" or "deleted" (someone else wrote the lease).
 	Fence func(reason string)
+	// Wait is called while Open waits out an earlier incarnation's lease
+	// of this node id (a restart), about once a second, with the time left
+	// before the lease may be taken over; a CLI shows it as a countdown.
+	Wait func(left time.Duration)
 }
 
 func (c *Config) params() Params { return Params{TTL: c.TTL, Margin: c.Margin} }
@@ -243,9 +247,17 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 				// here: the takeover below is If-Match on the very version
 				// read, so a renewal that landed after the GET was served
 				// makes it fail with 412.
-				if now.Sub(watchedSince) <= p.TTL+p.Margin {
-					n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
-					if err := sleepCtx(ctx, p.TTL/3); err != nil {
+				if left := p.TTL + p.Margin - now.Sub(watchedSince); left >= 0 {
+					if now.Equal(watchedSince) {
+						n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
+					}
+					if n.cfg.Hooks.Wait != nil {
+						n.cfg.Hooks.Wait(left)
+					}
+					// Looking again every second (at most) lets the hook
+					// count down; a live process is still seen by its
+					// renewal, every TTL/3.
+					if err := sleepCtx(ctx, min(p.TTL/3, time.Second)); err != nil {
 						return time.Time{}, err
 					}
 					continue

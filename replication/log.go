@@ -492,7 +492,7 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 	if brokenEarlyAck {
 		batch = ackEarly(batch, l.epoch, txid, pos)
 	}
-	theirs, err := l.s.create(l.ctx, key, body)
+	theirs, puts, err := l.s.createCounted(l.ctx, key, body)
 	if err == nil && theirs != nil {
 		err = l.fenced(key, theirs)
 	}
@@ -500,6 +500,9 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 		l.setErr(err)
 		fail(batch, err)
 		return
+	}
+	if f := l.s.cfg.onCommit; f != nil {
+		f(len(batch), puts)
 	}
 	l.mu.Lock()
 	l.next, l.nextPos = txid+1, f.NextPos()

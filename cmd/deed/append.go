@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +43,7 @@ when the daemon cannot be reached.`,
 			var data []byte
 			if len(args) == 2 && args[1] != "-" {
 				data = []byte(args[1])
-			} else if data, err = io.ReadAll(stdin); err != nil {
+			} else if data, err = readRecordFromStdin(cfg); err != nil {
 				return bucket.Errorf(bucket.CodeBadRequest, "append %s: read standard input: %w", cell, err)
 			}
 			var v appendView
@@ -59,4 +60,16 @@ when the daemon cannot be reached.`,
 	}
 	af.register(cmd)
 	return cmd
+}
+
+// readRecordFromStdin reads the record from standard input. On a terminal
+// it first says so on stderr, which would otherwise look like a hang; from
+// a pipe or a file it is silent.
+func readRecordFromStdin(cfg *config) ([]byte, error) {
+	if f, ok := stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintln(cfg.inv.Stderr, "deed append: reading the record from standard input; end it with Ctrl-D (or pass DATA as an argument)")
+		}
+	}
+	return io.ReadAll(stdin)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,42 @@ func (e *cellEnv) daemon(t *testing.T, node string) *cliDaemon {
 	return cd
 }
 
+// append reading its record from a terminal says so on stderr; from a pipe
+// it stays silent. /dev/null stands in for the terminal: it is a character
+// device too, which is what the check looks at.
+func TestAppendStdinHint(t *testing.T) {
+	e := newCellEnv(t)
+	d := e.daemon(t, "d1")
+	e.env[envAddr], e.env[envToken] = d.url, testToken
+	old := stdin
+	t.Cleanup(func() { stdin = old })
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw.WriteString("piped")
+	pw.Close()
+	stdin = pr
+	if r := e.run(t, "append", "c"); r.status != 0 || r.stderr != "" {
+		t.Errorf("append from a pipe: exit %d, stderr %q (want silent)", r.status, r.stderr)
+	}
+	pr.Close()
+
+	tty, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	if fi, err := tty.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Skipf("%s is not a character device here", os.DevNull)
+	}
+	stdin = tty
+	if r := e.run(t, "append", "c"); r.status != 0 || !strings.Contains(r.stderr, "reading the record from standard input") {
+		t.Errorf("append from a character device: exit %d, stderr %q (want the hint)", r.status, r.stderr)
+	}
+}
+
 func TestAppendRead(t *testing.T) {
 	e := newCellEnv(t)
 	d := e.daemon(t, "d1")
@@ -67,7 +104,9 @@ func TestAppendRead(t *testing.T) {
 		t.Errorf("stdout %q", r.stdout)
 	}
 	stdin = strings.NewReader("third")
-	wantExit(t, e.run(t, "append", "orders"), 0, "")
+	if r := e.run(t, "append", "orders"); r.status != 0 || r.stderr != "" {
+		t.Fatalf("append from a reader: exit %d, stderr %q (want silent)", r.status, r.stderr)
+	}
 
 	r = e.run(t, "read", "orders")
 	wantExit(t, r, 0, "")

@@ -218,12 +218,32 @@ func TestUnreachableStoreExit1(t *testing.T) {
 	}
 }
 
+// --log-format picks slog's JSON or text handler for the log on stderr,
+// independently of --json (which only sets the default).
+func TestLogFormat(t *testing.T) {
+	args := []string{"--bucket", "s3://b", "--endpoint", "http://127.0.0.1:1", "--log-level", "debug"}
+	for _, c := range []struct {
+		flags []string
+		json  bool
+	}{{nil, false}, {[]string{"--log-format", "json"}, true}, {[]string{"--log-format", "text", "--json"}, false}, {[]string{"--json"}, true}} {
+		r := deed(t, t.Context(), nil, append(append(append([]string{}, args...), c.flags...), "show", "c")...)
+		first, _, _ := strings.Cut(r.stderr, "\n")
+		var rec map[string]any
+		isJSON := json.Unmarshal([]byte(first), &rec) == nil && rec["msg"] == "bucket opened" && rec["level"] == "DEBUG"
+		isText := strings.Contains(first, `level=DEBUG msg="bucket opened"`)
+		if isJSON != c.json || isText == c.json {
+			t.Errorf("%v: first log line %q, want JSON: %v", c.flags, first, c.json)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"no-such-command"},
 		{"probe", "--no-such-flag"},
 		{"probe", "extra-arg"},
 		{"--log-level", "loud", "version"},
+		{"--log-format", "xml", "version"},
 		{"version", "now"},
 	} {
 		r := deed(t, t.Context(), nil, args...)
@@ -250,6 +270,12 @@ func TestVersion(t *testing.T) {
 	var v map[string]string
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v["version"] != "v9.9.9" || v["go"] == "" {
 		t.Errorf("version --json = %q (%v)", r.stdout, err)
+	}
+	// --version prints the same line as the version command.
+	want := deed(t, t.Context(), nil, "version")
+	r = deed(t, t.Context(), nil, "--version")
+	if r.status != 0 || r.stdout != want.stdout || !strings.Contains(r.stdout, "deed v9.9.9 (go") {
+		t.Errorf("--version: exit %d stdout %q stderr %q, want %q", r.status, r.stdout, r.stderr, want.stdout)
 	}
 }
 
