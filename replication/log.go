@@ -47,7 +47,7 @@ type Log struct {
 	running  bool       // a writer goroutine is running
 	next     TxID       // the next slot to write: every slot below it is durable
 	nextPos  Pos
-	err      error         // sticky: once set, every append fails with it
+	err      error         // sticky: once set, every append fails (see notSent)
 	closing  bool          // Close or Abandon was called: appends are refused
 	closed   chan struct{} // made by each Close attempt; closed when it ends
 	closeErr error         // the last Close attempt's outcome
@@ -288,7 +288,7 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 	l.mu.Lock()
 	switch {
 	case l.err != nil:
-		err := l.err
+		err := l.notSent(l.err)
 		l.mu.Unlock()
 		return Result{}, err
 	case l.closing:
@@ -373,7 +373,7 @@ func (l *Log) run() {
 		l.mu.Lock()
 		if l.err != nil {
 			q := l.queue
-			err := l.err
+			err := l.notSent(l.err)
 			l.stopLocked()
 			l.mu.Unlock()
 			fail(q, err)
@@ -453,6 +453,18 @@ func (l *Log) takeLocked() []*pending {
 		p.taken = true
 	}
 	return batch
+}
+
+// notSent is the error of an append the log refuses, without sending it,
+// because the log failed with err. An unknown outcome (DEED-E012) belongs
+// to the write that was in flight when the log failed; a record that was
+// never sent is not written, and says so (DEED-E011), so that a caller who
+// retries what was refused cannot mistake it for a record that may exist.
+func (l *Log) notSent(err error) error {
+	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+		return err
+	}
+	return bucket.Errorf(bucket.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
 }
 
 func fail(q []*pending, err error) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -182,6 +181,7 @@ func (d *daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 	}
 	c, err := d.acquire(r.Context(), r.PathValue("cell"), false)
 	if err != nil {
+		err = appendNotSent(err)
 		d.m.appends.WithLabelValues(resultOf(err)).Inc()
 		writeError(w, err)
 		return
@@ -246,10 +246,26 @@ func (d *daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	writeJSONStatus(w, http.StatusOK, map[string]any{"cell": name, "records": out, "next_after": next})
 }
 
+// appendNotSent is the answer of an append that failed before its record
+// was sent: the claim that had to come first failed. A claim of unknown
+// outcome (DEED-E012) is the claim's doubt, not the record's: the record was
+// never written, so the append answers DEED-E011 (retry), applied "no".
+func appendNotSent(err error) error {
+	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+		return err
+	}
+	return bucket.Errorf(bucket.CodeUnavailable, "append: not written: the claim that must come first has an unknown outcome: %v", err)
+}
+
+// resultOf is the result label of an append in deed_appends_total; an
+// append of unknown outcome (DEED-E012) counts as "unknown", never as an
+// error that wrote nothing.
 func resultOf(err error) string {
 	switch bucket.CodeOf(err) {
 	case "":
 		return "ok"
+	case bucket.CodeAmbiguous:
+		return "unknown"
 	case bucket.CodeSuperseded, bucket.CodeNodeFenced, bucket.CodeReleased:
 		return "fenced"
 	case bucket.CodeHeld:
@@ -300,10 +316,36 @@ func httpStatus(code bucket.Code) int {
 
 // errorBody is every error the API returns.
 type errorBody struct {
-	Code      bucket.Code `json:"code"`
-	Error     string      `json:"error"`
-	Owner     string      `json:"owner,omitempty"`
-	OwnerAddr string      `json:"owner_addr,omitempty"`
+	Code  bucket.Code `json:"code"`
+	Error string      `json:"error"`
+	// Applied says whether the request may have taken effect: "no" (it
+	// was refused or failed before anything was written: a retry cannot
+	// duplicate it) or "unknown" (DEED-E012: it may have taken effect; read
+	// before retrying). Every error body carries it; on a read it is "no".
+	Applied   applied `json:"applied"`
+	Owner     string  `json:"owner,omitempty"`
+	OwnerAddr string  `json:"owner_addr,omitempty"`
+}
+
+// applied is the "applied" field of an error body: whether a request that
+// failed may still have taken effect.
+type applied string
+
+const (
+	appliedNo      applied = "no"
+	appliedUnknown applied = "unknown"
+)
+
+// appliedOf is the one place that says whether a failed request may have
+// taken effect. It follows from the code alone: DEED-E012 is the only code
+// of an outcome that may have landed, and every layer (the log, the API,
+// the client) keeps it for exactly those, so every other code is a refusal
+// or a failure before anything was written.
+func appliedOf(err error) applied {
+	if bucket.CodeOf(err) == bucket.CodeAmbiguous {
+		return appliedUnknown
+	}
+	return appliedNo
 }
 
 func writeError(w http.ResponseWriter, err error) {
@@ -311,11 +353,11 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	// The code is the error's own, whatever it wraps: an append cut off by
+	// a cancelled context while its PUT was in flight is DEED-E012 and must
+	// not read as a retryable DEED-E011.
 	code := bucket.CodeOf(err)
-	if errors.Is(err, context.Canceled) {
-		code = bucket.CodeUnavailable
-	}
-	body := errorBody{Code: code, Error: err.Error()}
+	body := errorBody{Code: code, Error: err.Error(), Applied: appliedOf(err)}
 	var held *owner.HeldError
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr

@@ -221,16 +221,32 @@ func (cfg *config) fail(err error) int {
 	}
 	code := bucket.CodeOf(err)
 	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), string(code)))
+	// A failed write says whether it may have taken effect.
+	var wf *writeFailure
+	var ap applied
+	if errors.As(err, &wf) {
+		ap = appliedOf(err)
+	}
 	if cfg.json {
 		writeJSON(cfg.inv.Stderr, struct {
-			Code  bucket.Code `json:"code"`
-			Error string      `json:"error"`
-		}{code, msg})
+			Code    bucket.Code `json:"code"`
+			Error   string      `json:"error"`
+			Applied applied     `json:"applied,omitempty"`
+		}{code, msg, ap})
+	} else if ap != "" {
+		fmt.Fprintf(cfg.inv.Stderr, "%s %s (applied: %s)\n", code, msg, ap)
 	} else {
 		fmt.Fprintf(cfg.inv.Stderr, "%s %s\n", code, msg)
 	}
 	return code.ExitStatus()
 }
+
+// writeFailure marks the error of a command that asked for a write (deed
+// append), so that fail reports whether it may have been applied.
+type writeFailure struct{ err error }
+
+func (e *writeFailure) Error() string { return e.err.Error() }
+func (e *writeFailure) Unwrap() error { return e.err }
 
 // wantsJSON scans raw arguments for --json, for errors cobra reports before
 // it parses flags.
