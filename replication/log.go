@@ -85,7 +85,11 @@ var (
 )
 
 var (
-	errClosed    = errors.New("log closed")
+	// ErrClosed is wrapped by the refusal of an append, or of a barrier
+	// read, on a log that was closed (DEED-E040 to a caller that closed
+	// it itself). A server that closes logs under its clients' requests
+	// (a release, a shutdown) tells them what happened instead.
+	ErrClosed    = errors.New("log closed")
 	errAbandoned = errors.New("log abandoned")
 )
 
@@ -293,7 +297,7 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		return Result{}, err
 	case l.closing:
 		l.mu.Unlock()
-		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, errClosed)
+		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 	}
 	l.queue = append(l.queue, p)
 	if l.running {
@@ -743,7 +747,7 @@ func (l *Log) barrier(ctx context.Context) error {
 			t++
 			continue
 		case f.Kind.fences() && f.Token == l.lease.Token():
-			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, errClosed)
+			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 		}
 		return bucket.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
 	}

@@ -187,6 +187,7 @@ func (d *daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 		return
 	}
 	res, err := c.log.Append(r.Context(), c.lease, body)
+	err = closedUnder(c, err)
 	d.m.appends.WithLabelValues(resultOf(err)).Inc()
 	if err != nil {
 		writeError(w, err)
@@ -228,6 +229,7 @@ func (d *daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	var recs []replication.Record
 	if c := d.held(name); c != nil {
 		recs, err = c.log.Read(r.Context(), replication.Pos(after), int(limit), barrier)
+		err = closedUnder(c, err)
 	} else if barrier {
 		err = bucket.Errorf(bucket.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
 	} else {

@@ -259,3 +259,90 @@ func metricValue(t *testing.T, d *daemon, series string) string {
 	}
 	return ""
 }
+
+// headGate is a bucket whose HEADs under prefix, while armed, wait at a
+// gate: a barrier read that has its cell's log in hand is held just before
+// it looks at the next slot.
+type headGate struct {
+	bucket.Bucket
+	prefix  string
+	entered chan struct{}
+	open    chan struct{}
+
+	mu    sync.Mutex
+	armed bool
+}
+
+func (g *headGate) Head(ctx context.Context, key string) (bucket.Info, error) {
+	g.mu.Lock()
+	wait := g.armed && strings.HasPrefix(key, g.prefix)
+	g.armed = g.armed && !wait // once
+	g.mu.Unlock()
+	if wait {
+		g.entered <- struct{}{}
+		<-g.open
+	}
+	return g.Bucket.Head(ctx, key)
+}
+
+// A barrier read that races the end of its lease (the log is sealed under
+// it) answers what happened: DEED-E011 (retry) when the cell was released,
+// DEED-E025 when the node fenced; never 400 DEED-E040 "log closed", which
+// it used to answer.
+func TestBarrierReadRacingLeaseEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		end    func(t *testing.T, d *daemon, m *fakes3.Mem)
+		status int
+		code   bucket.Code
+	}{
+		{"released", func(t *testing.T, d *daemon, _ *fakes3.Mem) {
+			if _, err := d.release(t.Context(), "c"); err != nil {
+				t.Fatal(err)
+			}
+		}, http.StatusServiceUnavailable, bucket.CodeUnavailable},
+		{"node fenced", func(t *testing.T, d *daemon, m *fakes3.Mem) {
+			m.Inject(fakes3.Rule{Client: "a", Key: owner.NodeKey("a"), Fault: fakes3.ErrBefore})
+			time.Sleep(2 * 2 * time.Second) // fenced, and the dropped log sealed
+			synctest.Wait()
+		}, http.StatusServiceUnavailable, bucket.CodeNodeFenced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := fakes3.NewMem()
+				g := &headGate{Bucket: m.Client("a"), prefix: "cells/c/ltx/", entered: make(chan struct{}), open: make(chan struct{})}
+				d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: 2 * time.Second, SkipProbe: true}, g, slog.New(slog.DiscardHandler), newMetrics())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					_ = d.Close(ctx)
+				}()
+				h := d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000})
+				if a := serveAppend(h, "c", "x"); a.status != 200 {
+					t.Fatal(a)
+				}
+				g.mu.Lock()
+				g.armed = true
+				g.mu.Unlock()
+				rec := httptest.NewRecorder()
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells/c/records?barrier=true", nil))
+				}()
+				<-g.entered
+				tc.end(t, d, m)
+				close(g.open)
+				<-done
+				var body errorBody
+				_ = json.Unmarshal(rec.Body.Bytes(), &body)
+				if rec.Code != tc.status || body.Code != tc.code {
+					t.Fatalf("barrier read racing the lease's end: %d %s, want %d %s", rec.Code, rec.Body.String(), tc.status, tc.code)
+				}
+			})
+		})
+	}
+}
