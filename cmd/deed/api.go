@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -51,27 +52,83 @@ func (d *daemon) handler(cfg apiConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
 	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeErrorStatus(w, http.StatusMethodNotAllowed, bucket.Errorf(bucket.CodeBadRequest, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
 		writeErrorStatus(w, http.StatusNotFound, bucket.Errorf(bucket.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return guard(cfg, mux)
 }
 
-// guard enforces the bearer token and the body limit before any handler.
+// allowedMethods lists the methods mux serves on r's path, when r's own
+// method is not one of them.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pattern := mux.Handler(r2); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// bearerToken is the token of an Authorization header of the Bearer
+// scheme, which is matched without regard to case (RFC 9110); surrounding
+// whitespace is not part of the token.
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// guard enforces the bearer token and the body limit before any handler,
+// and reads the body whole, within apiBodyTimeout, so that a slow body is
+// cut off before any handler runs and nothing is written for it.
 func guard(cfg apiConfig, next http.Handler) http.Handler {
+	want := []byte(strings.TrimSpace(cfg.Token)) // a token file's trailing newline is not part of it
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Token != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
+		w = &deadlineWriter{ResponseWriter: w}
+		if len(want) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			got, ok := bearerToken(r.Header.Get("Authorization"))
+			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
+				// An unauthenticated client keeps no connection open.
+				w.Header().Set("Connection", "close")
 				writeError(w, bucket.Errorf(bucket.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
 				return
 			}
 		}
 		if r.ContentLength > cfg.MaxBody {
+			w.Header().Set("Connection", "close") // the body is not read
 			writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body of %d bytes exceeds the limit of %d", r.ContentLength, cfg.MaxBody))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, cfg.MaxBody)
+		if r.ContentLength != 0 {
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Now().Add(apiBodyTimeout))
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBody))
+			_ = rc.SetReadDeadline(time.Time{})
+			if err != nil {
+				w.Header().Set("Connection", "close")
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body exceeds the limit of %d bytes", cfg.MaxBody))
+				} else {
+					writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body not received whole within %v: %w", apiBodyTimeout, err))
+				}
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -177,6 +234,12 @@ func (d *daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 			return
 		}
 		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "read request body: %w", err))
+		return
+	}
+	if len(body) == 0 {
+		// A record of no bytes is almost always a client's mistake (an
+		// empty pipe, a forgotten --data); it is refused, not written.
+		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "empty append: a record must have at least one byte"))
 		return
 	}
 	c, err := d.acquire(r.Context(), r.PathValue("cell"), false)

@@ -54,6 +54,7 @@ func (f *apiFlags) client(cfg *config, cmd *cobra.Command) (*apiClient, error) {
 	if !cmd.Flags().Changed("token") {
 		token = cfg.getenv(envToken)
 	}
+	token = strings.TrimSpace(token) // from a file or the environment, with its newline
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, bucket.Errorf(bucket.CodeBadRequest, "--addr %q: want http(s)://HOST:PORT of a running 'deed run'", redactURL(addr))

@@ -175,7 +175,7 @@ func (cfg *config) openBucket(ctx context.Context) (bucket.Bucket, bucket.Locati
 	if err != nil {
 		return nil, loc, bucket.Errorf(bucket.CodeBadRequest, "%w", err)
 	}
-	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", cfg.endpoint, "region", cfg.region)
+	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", redactURL(cfg.endpoint), "region", cfg.region)
 	return b, loc, nil
 }
 
@@ -185,7 +185,7 @@ func (cfg *config) describe(loc bucket.Location) string {
 	if cfg.endpoint == "" {
 		return loc.String()
 	}
-	return loc.String() + " at " + cfg.endpoint
+	return loc.String() + " at " + redactURL(cfg.endpoint)
 }
 
 // run executes one invocation of the CLI and returns its exit status. It is
