@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -28,18 +27,10 @@ func apiServer(t *testing.T, m *fakes3.Mem, ln net.Listener, maxConns int, api a
 	if api.MaxLimit == 0 {
 		api.MaxLimit = 1000
 	}
-	d, err := openDaemon(t.Context(), daemonConfig{Node: "a", Advertise: "http://a", TTL: 2 * time.Second, SkipProbe: true}, m.Client("a"), slog.New(slog.DiscardHandler), newMetrics())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openTestDaemon(t, m.Client("a"), 2*time.Second)
 	srv, sln := newAPIServer(d.handler(api), ln, maxConns, context.Background())
 	go func() { _ = srv.Serve(sln) }()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
-	})
+	t.Cleanup(func() { _ = srv.Close() })
 	return srv, sln
 }
 

@@ -67,6 +67,22 @@ func (l *lostAnswers) Put(ctx context.Context, key string, body []byte, c bucket
 	}
 }
 
+// openTestDaemon opens an in-process daemon on b (no probe) and closes it
+// when the test ends.
+func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *daemon {
+	t.Helper()
+	d, err := openDaemon(t.Context(), daemonConfig{Node: "a", Advertise: "http://a", TTL: ttl, SkipProbe: true}, b, slog.New(slog.DiscardHandler), newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Close(ctx)
+	})
+	return d
+}
+
 // appendAnswer is what one append was told.
 type appendAnswer struct {
 	data    string
@@ -136,15 +152,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		m := fakes3.NewMem()
 		const ttl = 2 * time.Second
 		la := newLostAnswers(m.Client("a"), "cells/c/ltx/")
-		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, la, slog.New(slog.DiscardHandler), newMetrics())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = d.Close(ctx)
-		}()
+		d := openTestDaemon(t, la, ttl)
 		h := d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000})
 		answers := []appendAnswer{serveAppend(h, "c", "before")}
 		if answers[0].status != 200 {
@@ -197,17 +205,9 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	m := fakes3.NewMem()
 	la := newLostAnswers(m.Client("a"), "cells/c/ltx/")
-	d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: 2 * time.Second, SkipProbe: true}, la, slog.New(slog.DiscardHandler), newMetrics())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openTestDaemon(t, la, 2*time.Second)
 	srv := httptest.NewServer(d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
-	defer func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
-	}()
+	defer srv.Close()
 	c := &apiClient{base: srv.URL, hc: &http.Client{}}
 	send := func(ctx context.Context, data string) appendAnswer {
 		var v appendView
@@ -311,15 +311,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				m := fakes3.NewMem()
 				g := &headGate{Bucket: m.Client("a"), prefix: "cells/c/ltx/", entered: make(chan struct{}), open: make(chan struct{})}
-				d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: 2 * time.Second, SkipProbe: true}, g, slog.New(slog.DiscardHandler), newMetrics())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					_ = d.Close(ctx)
-				}()
+				d := openTestDaemon(t, g, 2*time.Second)
 				h := d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000})
 				if a := serveAppend(h, "c", "x"); a.status != 200 {
 					t.Fatal(a)
