@@ -59,6 +59,10 @@ func newAPIServer(h http.Handler, ln net.Listener, maxConns int, base context.Co
 // /readyz or a real request; when every connection is in the middle of a
 // request, the new one is closed at once (the header and body timeouts
 // bound how long that lasts). The kernel's backlog is never left to fill.
+//
+// It counts the connections it hands out until they are closed, and learns
+// which are idle from the server's ConnState hook (track), which also
+// recognises them inside a TLS connection made on top of this listener.
 type connLimiter struct {
 	net.Listener
 	max int
@@ -72,46 +76,74 @@ type connEntry struct {
 	since time.Time
 }
 
+// limitedConn leaves the limiter's count when it is closed.
+type limitedConn struct {
+	net.Conn
+	l    *connLimiter
+	once sync.Once
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
 func (l *connLimiter) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		raw, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
+		c := &limitedConn{Conn: raw, l: l}
+		var victim net.Conn
 		l.mu.Lock()
-		if len(l.conns) >= l.max {
-			var victim net.Conn
+		full := len(l.conns) >= l.max
+		if full {
 			var since time.Time
 			for vc, e := range l.conns {
 				if (e.state == http.StateNew || e.state == http.StateIdle) && (victim == nil || e.since.Before(since)) {
 					victim, since = vc, e.since
 				}
 			}
-			if victim == nil {
-				l.mu.Unlock()
-				_ = c.Close()
-				continue
+			if victim != nil {
+				delete(l.conns, victim)
 			}
-			delete(l.conns, victim)
-			_ = victim.Close()
 		}
-		l.conns[c] = connEntry{state: http.StateNew, since: time.Now()}
+		if !full || victim != nil {
+			l.conns[c] = connEntry{state: http.StateNew, since: time.Now()}
+		}
 		l.mu.Unlock()
-		return c, nil
+		switch {
+		case !full:
+			return c, nil
+		case victim == nil:
+			_ = raw.Close() // every connection is mid-request
+		default:
+			_ = victim.Close()
+			return c, nil
+		}
 	}
 }
 
 // track is the server's ConnState hook.
 func (l *connLimiter) track(c net.Conn, s http.ConnState) {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		c = tc.NetConn()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, ok := l.conns[c]; !ok {
+		return // closed or evicted meanwhile
+	}
 	switch s {
 	case http.StateClosed, http.StateHijacked:
 		delete(l.conns, c)
 	default:
-		if _, ok := l.conns[c]; ok { // not one evicted meanwhile
-			l.conns[c] = connEntry{state: s, since: time.Now()}
-		}
+		l.conns[c] = connEntry{state: s, since: time.Now()}
 	}
 }
 
