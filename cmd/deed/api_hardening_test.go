@@ -295,3 +295,13 @@ func TestEndpointPasswordIsRedacted(t *testing.T) {
 		}
 	}
 }
+
+// The store's description (`deed run`'s banner, probe and bench reports)
+// names the endpoint without its password.
+func TestStoreDescriptionRedactsEndpoint(t *testing.T) {
+	cfg := &config{endpoint: "https://user:hunter2@store.example:9000"}
+	got := cfg.describe(bucket.Location{Bucket: "b"})
+	if strings.Contains(got, "hunter2") || !strings.Contains(got, "store.example:9000") {
+		t.Fatalf("describe = %q", got)
+	}
+}
