@@ -205,12 +205,17 @@ func caBundleClient(c *http.Client, path string) (*http.Client, error) {
 // checkEndpoint rejects endpoints the SDK would accept but mis-route, such as
 // "localhost:9000" (parsed as scheme "localhost").
 func checkEndpoint(raw string) error {
+	// The endpoint may carry user:pass@: an error names it without them.
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("parse endpoint %q: %w", raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // not the URL itself
+		}
+		return fmt.Errorf("parse endpoint: %w", err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("parse endpoint %q: want http(s)://HOST[:PORT]", raw)
+		return fmt.Errorf("parse endpoint %q: want http(s)://HOST[:PORT]", u.Redacted())
 	}
 	return nil
 }

@@ -199,31 +199,46 @@ func TestReadFollow(t *testing.T) {
 
 // TestAPIErrorMapping: whatever the daemon answers, the CLI's exit status
 // follows the code; answers that are not deed's are DEED-E011 (or E041/E040
-// by HTTP status).
+// by HTTP status), except that an append answered by something that did
+// not refuse it (a proxy's 502, a 200 that is not deed's) has an unknown
+// outcome: DEED-E012, "applied: unknown".
 func TestAPIErrorMapping(t *testing.T) {
 	for _, tc := range []struct {
-		status int
-		body   string
-		exit   int
-		code   bucket.Code
+		status     int
+		body       string
+		exit       int
+		code       bucket.Code
+		appendCode bucket.Code // when it differs from code
 	}{
-		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost: cell c epoch 1 superseded"}`, 3, bucket.CodeSuperseded},
-		{503, `{"code":"DEED-E025","error":"DEED-E025 node fenced"}`, 3, bucket.CodeNodeFenced},
-		{409, `{"code":"DEED-E020","error":"DEED-E020 cell c is held by live node b (http://b) at epoch 2","owner":"b"}`, 4, bucket.CodeHeld},
-		{500, `{"code":"DEED-E031","error":"DEED-E031 corrupt transaction file cells/c/ltx/e1/x.ltx"}`, 1, bucket.CodeCorruptTx},
-		{502, `<html>bad gateway</html>`, 1, bucket.CodeUnavailable},
-		{401, `nope`, 2, bucket.CodeUnauthorized},
-		{200, `not json`, 1, bucket.CodeUnavailable},
+		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost: cell c epoch 1 superseded"}`, 3, bucket.CodeSuperseded, ""},
+		{503, `{"code":"DEED-E025","error":"DEED-E025 node fenced"}`, 3, bucket.CodeNodeFenced, ""},
+		{409, `{"code":"DEED-E020","error":"DEED-E020 cell c is held by live node b (http://b) at epoch 2","owner":"b"}`, 4, bucket.CodeHeld, ""},
+		{500, `{"code":"DEED-E031","error":"DEED-E031 corrupt transaction file cells/c/ltx/e1/x.ltx"}`, 1, bucket.CodeCorruptTx, ""},
+		{503, `{"code":"DEED-E012","error":"DEED-E012 append to c: outcome unknown","applied":"unknown"}`, 1, bucket.CodeAmbiguous, ""},
+		{502, `<html>bad gateway</html>`, 1, bucket.CodeUnavailable, bucket.CodeAmbiguous},
+		{401, `nope`, 2, bucket.CodeUnauthorized, ""},
+		{405, `nope`, 2, bucket.CodeBadRequest, ""},
+		{200, `not json`, 1, bucket.CodeUnavailable, bucket.CodeAmbiguous},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(tc.status)
 			fmt.Fprint(w, tc.body)
 		}))
 		for _, args := range [][]string{{"append", "c", "x"}, {"read", "c"}} {
+			code := tc.code
+			if args[0] == "append" && tc.appendCode != "" {
+				code = tc.appendCode
+			}
 			r := deed(t, t.Context(), map[string]string{envAddr: srv.URL}, args...)
-			wantExit(t, r, tc.exit, tc.code)
-			if strings.Count(r.stderr, string(tc.code)) != 1 {
+			wantExit(t, r, code.ExitStatus(), code)
+			if strings.Count(r.stderr, string(code)) != 1 {
 				t.Errorf("code repeated: %q", r.stderr)
+			}
+			if args[0] == "append" {
+				want := "(applied: " + string(appliedOf(bucket.Errorf(code, "x"))) + ")"
+				if !strings.HasSuffix(strings.TrimSpace(r.stderr), want) {
+					t.Errorf("append answered %d %s: stderr %q does not end with %s", tc.status, tc.body, r.stderr, want)
+				}
 			}
 		}
 		srv.Close()

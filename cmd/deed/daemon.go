@@ -276,6 +276,25 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	return c.holding(), nil
 }
 
+// closedUnder turns the refusal of a log that was closed under a request
+// (DEED-E040 "log closed": a release, the drain, or a lease that ended and
+// whose log was dropped and sealed) into what happened: the lease was
+// superseded (DEED-E021) or the node fenced (DEED-E025); otherwise the cell
+// is being released or the node drains, and the client should retry
+// (DEED-E011). It is not the client's bad request.
+func closedUnder(h *holding, err error) error {
+	if !errors.Is(err, replication.ErrClosed) {
+		return err
+	}
+	if lerr := h.lease.Err(); lerr != nil {
+		switch bucket.CodeOf(lerr) {
+		case bucket.CodeSuperseded, bucket.CodeNodeFenced:
+			return bucket.Wrap(lerr, "cell %s", h.name)
+		}
+	}
+	return bucket.Errorf(bucket.CodeUnavailable, "cell %s: its log was closed under this request (the cell is being released or the node is shutting down); retry: %v", h.name, err)
+}
+
 // dropIfEmpty removes a cell entry that never got a lease; c.mu is held.
 func (d *daemon) dropIfEmpty(c *cell) {
 	if c.lease != nil && c.lease.Err() == nil {

@@ -42,7 +42,7 @@ var (
 	}
 	releaseResults  = []string{"ok", "error", "not_holder"}
 	takeoverReasons = []string{"owner-dead", "forced"}
-	appendResults   = []string{"ok", "fenced", "held", "error"}
+	appendResults   = []string{"ok", "fenced", "held", "error", "unknown"}
 	s3Ops           = []string{"get", "head", "put", "delete", "list"}
 	s3Outcomes      = []string{"ok", "not_found", "precondition", "conflict", "ambiguous", "unavailable", "denied", "unsupported"}
 	renewalResults  = []string{"ok", "error", "replaced", "deleted"}
@@ -55,7 +55,7 @@ func newMetrics() *metrics {
 	m.claims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_claims_total", Help: "Claim attempts by result (ok, held, corrupt, error) and reason (absent, released, re-entry, owner-dead, forced, owner-alive, corrupt; none when the claim failed before deciding)."}, []string{"result", "reason"})
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_releases_total", Help: "Cell releases through the API by result (ok, error, not_holder)."}, []string{"result"})
 	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_takeovers_total", Help: "Successful claims that took a cell from another node, by reason (owner-dead, forced)."}, []string{"reason"})
-	m.appends = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_appends_total", Help: "Appends through the API by result (ok, fenced, held, error)."}, []string{"result"})
+	m.appends = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_appends_total", Help: "Appends by result (ok; fenced, held, error: not written; unknown: DEED-E012, may have been written)."}, []string{"result"})
 	m.txnRecords = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_records", Help: "Records per durable transaction file (group commit batch size).", Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
 	m.txnPuts = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_puts", Help: "PUT attempts per durable transaction file (1 unless a PUT failed or was ambiguous and was sent again).", Buckets: []float64{1, 2, 3, 5, 8}})
 	m.s3Requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_s3_requests_total", Help: "Store requests by operation and outcome (ok, not_found, precondition, conflict, ambiguous, unavailable, denied, unsupported)."}, []string{"op", "outcome"})

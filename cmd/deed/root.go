@@ -197,7 +197,7 @@ func (cfg *config) openBucket(ctx context.Context) (bucket.Bucket, bucket.Locati
 	if err != nil {
 		return nil, loc, bucket.Errorf(bucket.CodeBadRequest, "%w", err)
 	}
-	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", cfg.endpoint, "region", cfg.region)
+	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", redactURL(cfg.endpoint), "region", cfg.region)
 	return b, loc, nil
 }
 
@@ -207,7 +207,7 @@ func (cfg *config) describe(loc bucket.Location) string {
 	if cfg.endpoint == "" {
 		return loc.String()
 	}
-	return loc.String() + " at " + cfg.endpoint
+	return loc.String() + " at " + redactURL(cfg.endpoint)
 }
 
 // run executes one invocation of the CLI and returns its exit status. It is
@@ -243,16 +243,32 @@ func (cfg *config) fail(err error) int {
 	}
 	code := bucket.CodeOf(err)
 	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), string(code)))
+	// A failed write says whether it may have taken effect.
+	var wf *writeFailure
+	var ap applied
+	if errors.As(err, &wf) {
+		ap = appliedOf(err)
+	}
 	if cfg.json {
 		writeJSON(cfg.inv.Stderr, struct {
-			Code  bucket.Code `json:"code"`
-			Error string      `json:"error"`
-		}{code, msg})
+			Code    bucket.Code `json:"code"`
+			Error   string      `json:"error"`
+			Applied applied     `json:"applied,omitempty"`
+		}{code, msg, ap})
+	} else if ap != "" {
+		fmt.Fprintf(cfg.inv.Stderr, "%s %s (applied: %s)\n", code, msg, ap)
 	} else {
 		fmt.Fprintf(cfg.inv.Stderr, "%s %s\n", code, msg)
 	}
 	return code.ExitStatus()
 }
+
+// writeFailure marks the error of a command that asked for a write (deed
+// append), so that fail reports whether it may have been applied.
+type writeFailure struct{ err error }
+
+func (e *writeFailure) Error() string { return e.err.Error() }
+func (e *writeFailure) Unwrap() error { return e.err }
 
 // wantsJSON scans raw arguments for --json, for errors cobra reports before
 // it parses flags.

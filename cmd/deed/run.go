@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -29,6 +28,7 @@ type runFlags struct {
 	maxLimit     int
 	fenceExit    bool
 	drainTimeout time.Duration
+	maxConns     int
 }
 
 func newRunCmd(cfg *config) *cobra.Command {
@@ -68,6 +68,7 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.IntVar(&rf.maxLimit, "max-limit", 1000, "largest ?limit of a read")
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
+	f.IntVar(&rf.maxConns, "max-conns", defaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
 	return cmd
 }
 
@@ -79,15 +80,36 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if rf.token == "" && !isLoopback(host) {
 		return bucket.Errorf(bucket.CodeBadRequest, "--listen %s is not loopback: set --token (or %s) so the API is not open to the network", rf.listen, envToken)
 	}
-	if rf.maxBody <= 0 || rf.maxLimit <= 0 {
-		return bucket.Errorf(bucket.CodeBadRequest, "--max-body and --max-limit must be positive")
+	if rf.maxBody <= 0 || rf.maxLimit <= 0 || rf.maxConns < 0 {
+		return bucket.Errorf(bucket.CodeBadRequest, "--max-body and --max-limit must be positive, --max-conns not negative")
 	}
 	if rf.advertise == "" {
 		rf.advertise = "http://" + rf.listen
 	}
 
+	// The API's port is bound first, so that "address in use" fails at
+	// once, and /healthz answers while the store is probed (/readyz says
+	// not ready until the daemon is up).
+	ln, err := net.Listen("tcp", rf.listen)
+	if err != nil {
+		return bucket.Errorf(bucket.CodeBadRequest, "listen %s: %w", rf.listen, err)
+	}
+	api := apiConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}
+	// Requests get a context the drain cancels: http.Server.Shutdown waits
+	// for handlers but never cancels them, and an append retrying its slot
+	// through an outage would hold the whole drain budget.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	h := &swapHandler{}
+	h.set(startingHandler(api))
+	srv, sln := newAPIServer(h, ln, rf.maxConns, reqCtx)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(sln) }()
+	stopEarly := func() { _ = srv.Close() }
+
 	b, where, closeStore, err := openRunStore(ctx, cfg, rf)
 	if err != nil {
+		stopEarly()
 		return err
 	}
 	defer closeStore()
@@ -95,25 +117,10 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	m := newMetrics()
 	d, err := openDaemon(ctx, daemonConfig{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit}, b, cfg.log, m)
 	if err != nil {
+		stopEarly()
 		return err
 	}
-	ln, err := net.Listen("tcp", rf.listen)
-	if err != nil {
-		_ = d.Close(context.WithoutCancel(ctx))
-		return bucket.Errorf(bucket.CodeBadRequest, "listen %s: %w", rf.listen, err)
-	}
-	// Requests get a context the drain cancels: http.Server.Shutdown waits
-	// for handlers but never cancels them, and an append retrying its slot
-	// through an outage would hold the whole drain budget.
-	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRequests()
-	srv := &http.Server{
-		Handler:           d.handler(apiConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	h.set(d.handler(api))
 	printRunBanner(cfg, rf, ln.Addr().String(), where)
 
 	var runErr error
