@@ -232,7 +232,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	// The daemon's side of it: its handler sees its context end with the
 	// PUT in flight, before the held answer is released.
 	for deadline := time.Now().Add(10 * time.Second); metricValue(t, d, `deed_appends_total{result="unknown"}`) != "1"; {
-		if metricValue(t, d, `deed_appends_total{result="error"}`) != "" {
+		if v := metricValue(t, d, `deed_appends_total{result="error"}`); v != "" && v != "0" {
 			t.Fatal("the daemon counted an append of unknown outcome as an error")
 		}
 		if time.Now().After(deadline) {
