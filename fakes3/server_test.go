@@ -18,8 +18,8 @@ import (
 	"github.com/deedkit/deed/fakes3/s3test"
 )
 
-// rawRequest sends one unsigned request (the server does not check
-// signatures) and returns the status, headers and body.
+// rawRequest sends one unsigned request (a server started without
+// Credentials does not check signatures) and returns the status, headers and body.
 func rawRequest(t *testing.T, method, url string, body []byte, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(body))
