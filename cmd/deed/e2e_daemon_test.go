@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
 )
 
 // The end-to-end tests run the real binary as separate processes: a
@@ -127,19 +128,26 @@ func waitHTTP(t *testing.T, url string, limit time.Duration) {
 // e2eCluster is one `deed fakes3` store and the environment to use it.
 type e2eCluster struct {
 	store *proc
+	creds fakes3.Credentials
 	env   []string
 }
 
 func newE2ECluster(t *testing.T) *e2eCluster {
 	t.Helper()
 	s3 := freeAddr(t)
-	p := startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e")
-	c := &e2eCluster{store: p, env: []string{
-		"DEED_BUCKET=s3://e2e/test", "DEED_ENDPOINT=http://" + s3,
-		"AWS_ACCESS_KEY_ID=deed", "AWS_SECRET_ACCESS_KEY=deed", "AWS_REGION=us-east-1",
-	}}
+	dir := t.TempDir()
+	p := startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e", "--dir", dir)
 	waitS3(t, s3)
-	return c
+	// The store checks signatures against the credentials it generated in
+	// its directory before it started listening.
+	creds, err := fakes3.LoadCredentials(filepath.Join(dir, fakes3.CredentialsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &e2eCluster{store: p, creds: creds, env: []string{
+		"DEED_BUCKET=s3://e2e/test", "DEED_ENDPOINT=http://" + s3,
+		"AWS_ACCESS_KEY_ID=" + creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + creds.SecretAccessKey, "AWS_REGION=us-east-1",
+	}}
 }
 
 func waitS3(t *testing.T, addr string) {
