@@ -269,7 +269,7 @@ func classifySDK(op, key string, cond Condition, err error) *OpError {
 		// conditional write is definitely not applied.
 		return &OpError{Op: op, Key: key, Kind: ErrAccessDenied, Err: fmt.Errorf(
 			"no usable AWS credentials (searched: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws, SSO, an instance role; "+
-				"deed's embedded and fake stores accept any values): %w", err)}
+				"for deed's embedded and fake stores, load DIR/credentials.env): %w", err)}
 	}
 	var hr *smithyhttp.ResponseError
 	if errors.As(err, &hr) && hr.Response != nil && hr.Response.Response != nil {
