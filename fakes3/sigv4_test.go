@@ -1,7 +1,6 @@
 package fakes3_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -38,17 +37,8 @@ func payloadHash(body []byte) string {
 // signer written alongside it. mutate runs after signing (to tamper).
 func signed(t *testing.T, method, url string, body []byte, c fakes3.Credentials, at time.Time, hash string, hdr map[string]string, mutate func(*http.Request)) *http.Request {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body == nil {
-		req.Body = http.NoBody
-	}
+	req := newRequest(t, method, url, body, hdr)
 	req.ContentLength = int64(len(body))
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
 	if hash == "" {
 		hash = payloadHash(body)
 	}
@@ -65,16 +55,8 @@ func signed(t *testing.T, method, url string, body []byte, c fakes3.Credentials,
 
 func send(t *testing.T, req *http.Request) (int, string) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	st, _, body := do(t, req)
+	return st, body
 }
 
 // With credentials, the server serves only requests signed with them: the

@@ -73,6 +73,13 @@ func startDeed(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(deedBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
+	return startCmd(t, cmd, "deed "+strings.Join(args, " "))
+}
+
+// startCmd starts cmd with its output kept for failure reports (under
+// name), and kills it at the end of the test.
+func startCmd(t *testing.T, cmd *exec.Cmd, name string) *proc {
+	t.Helper()
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -84,7 +91,7 @@ func startDeed(t *testing.T, env []string, args ...string) *proc {
 		_ = cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {
-			t.Logf("deed %s output:\n%s", strings.Join(args, " "), out.String())
+			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
 	return p

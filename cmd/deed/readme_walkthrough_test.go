@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,21 +63,8 @@ func startShell(t *testing.T, dir, script string, stdin io.Reader) *proc {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr, cmd.Stdin = out, out, stdin
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, out: out, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("sh -c %q output:\n%s", script, out.String())
-		}
-	})
-	return p
+	cmd.Stdin = stdin
+	return startCmd(t, cmd, "sh -c "+strconv.Quote(script))
 }
 
 // TestE2EReadmeTwoNodes runs the README's two-node walkthrough as written:

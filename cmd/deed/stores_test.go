@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,22 +66,11 @@ func TestStoresRefuseNonLoopbackListen(t *testing.T) {
 	}
 }
 
-func rawGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // `deed fakes3` checks signatures unless --no-auth asks for an open store,
 // and says which it is.
 func TestFakes3Credentials(t *testing.T) {
 	endpoint, creds, stop := startFake(t)
-	if st, body := rawGet(t, endpoint+"/deed?list-type=2"); st != 403 || !strings.Contains(body, "<Code>AccessDenied</Code>") {
+	if st, body := get(t, endpoint+"/deed?list-type=2"); st != 403 || !strings.Contains(body, "<Code>AccessDenied</Code>") {
 		t.Errorf("unsigned list: %d %s, want 403 AccessDenied", st, body)
 	}
 	if r := deedAs(t, t.Context(), creds, nil, "probe", "--bucket", "s3://deed", "--endpoint", endpoint, "--racers", "4"); r.status != 0 {
@@ -96,7 +84,7 @@ func TestFakes3Credentials(t *testing.T) {
 	}
 
 	open, _, stopOpen := startFake(t, "--no-auth")
-	if st, body := rawGet(t, open+"/deed?list-type=2"); st != 200 {
+	if st, body := get(t, open+"/deed?list-type=2"); st != 200 {
 		t.Errorf("--no-auth unsigned list: %d %s", st, body)
 	}
 	if res := stopOpen(); !strings.Contains(res.stdout, "WARNING: --no-auth") {
@@ -127,7 +115,7 @@ func TestE2EEmbeddedStoreChecksSignatures(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	lease := "http://" + s3 + "/deed/nodes/" + host + ".json"
-	st, body := rawGet(t, "http://"+s3+"/deed?list-type=2")
+	st, body := get(t, "http://"+s3+"/deed?list-type=2")
 	if st != 403 || strings.Contains(body, "nodes/") {
 		t.Errorf("unsigned list: %d %s", st, body)
 	}
