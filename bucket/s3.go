@@ -15,9 +15,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // DefaultRegion is used when neither S3Options.Region nor the AWS
@@ -128,6 +131,12 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
+	// Wrapped after loading, so that the configuration (a CA bundle, proxy
+	// settings) still applies to the client underneath.
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = awshttp.NewBuildableClient()
+	}
+	cfg.HTTPClient = s3Sniffer{cfg.HTTPClient}
 	cfg.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 	cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 
@@ -230,6 +239,90 @@ func (b *s3Bucket) writeClient(ctx context.Context, cond Condition) (*s3.Client,
 	return b.writes, ctx, cancel
 }
 
+// notS3Header carries s3Sniffer's verdict on a response from the transport
+// to classifySDK, past the SDK's deserializers, which consume the body.
+const notS3Header = "X-Deed-Not-S3"
+
+// s3Sniffer wraps the SDK's HTTP client to recognise an endpoint that is
+// not an S3 store at all: the usual cause is --endpoint pointed at the
+// wrong port (a deed daemon's API, a web server). Such an endpoint answers
+// a GET of a key with a 404 that the SDK reads as NoSuchKey, so without
+// this a wrong endpoint gives confident wrong answers ("never claimed").
+// It looks at the first bytes of every error answer and marks the ones
+// that are not S3's (see notS3); it changes nothing else.
+type s3Sniffer struct{ inner aws.HTTPClient }
+
+func (c s3Sniffer) Do(req *http.Request) (*http.Response, error) {
+	resp, err := c.inner.Do(req)
+	if err != nil || resp == nil {
+		return resp, err
+	}
+	var peek []byte
+	if resp.StatusCode >= 300 && resp.Body != nil {
+		peek, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+	}
+	if what := notS3(resp, peek); what != "" {
+		resp.Header.Set(notS3Header, what)
+	}
+	return resp, err
+}
+
+// notS3 describes a response that no S3 store sends, or returns "". S3
+// error answers carry an XML <Error> body (none on HEAD) or the
+// x-amz-request-id / x-amz-id-2 headers; an HTML page, a JSON document or
+// plain text does not come from S3. A body-less answer with no S3 header
+// is judged by its Content-Type, and given the benefit of the doubt when
+// it has none. A success answer is judged by its Content-Type only, and
+// only matters when the SDK could not parse it (a listing).
+func notS3(resp *http.Response, peek []byte) string {
+	h := resp.Header
+	if h.Get("X-Amz-Request-Id") != "" || h.Get("X-Amz-Id-2") != "" {
+		return ""
+	}
+	ct := h.Get("Content-Type")
+	media := strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
+	markup := media == "text/html" || media == "text/plain" || media == "application/json" || strings.HasSuffix(media, "+json")
+	body := bytes.TrimSpace(peek)
+	switch {
+	case resp.StatusCode < 300:
+		if media != "text/html" && media != "application/json" {
+			return ""
+		}
+	case len(body) == 0:
+		if !markup {
+			return ""
+		}
+	case bytes.HasPrefix(body, []byte("<")) && bytes.Contains(body, []byte("<Code>")) && !markup:
+		return "" // an S3 XML error
+	}
+	what := fmt.Sprintf("HTTP %s", resp.Status)
+	if ct != "" {
+		what += ", Content-Type " + ct
+	}
+	if srv := h.Get("Server"); srv != "" {
+		what += ", Server " + srv
+	}
+	if len(body) > 0 {
+		what += fmt.Sprintf(", body %.120q", body)
+	}
+	if bytes.Contains(body, []byte(`"code":"DEED-E`)) {
+		what += " (that is a deed daemon's API, not its store)"
+	}
+	return what
+}
+
+// notS3Status reports the statuses at which a non-S3 answer is definitive.
+// A 5xx or a 408/429 from something in front of the store (a proxy's error
+// page) is left to Classify: the request may have reached the store, and a
+// conditional write may have landed, so it stays ambiguous.
+func notS3Status(status int) bool {
+	return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+}
+
 // classifySDK extracts the HTTP status and S3 error code from an SDK error and
 // hands them to Classify, the one place that decides what they mean.
 func classifySDK(op, key string, cond Condition, err error) *OpError {
@@ -238,7 +331,13 @@ func classifySDK(op, key string, cond Condition, err error) *OpError {
 		// conditional write is definitely not applied.
 		return &OpError{Op: op, Key: key, Kind: ErrAccessDenied, Err: fmt.Errorf(
 			"no usable AWS credentials (searched: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws, SSO, an instance role; "+
-				"deed's embedded and fake stores accept any values): %w", err)}
+				"for deed's embedded and fake stores, load DIR/credentials.env): %w", err)}
+	}
+	var hr *smithyhttp.ResponseError
+	if errors.As(err, &hr) && hr.Response != nil && hr.Response.Response != nil {
+		if what := hr.Response.Header.Get(notS3Header); what != "" && notS3Status(hr.Response.StatusCode) {
+			return &OpError{Op: op, Key: key, Kind: ErrNotS3, Status: hr.Response.StatusCode, Err: notS3Err(hr.Response.Request, what)}
+		}
 	}
 	status, code := 0, ""
 	var re interface{ HTTPStatusCode() int }
@@ -250,6 +349,15 @@ func classifySDK(op, key string, cond Condition, err error) *OpError {
 		code = ae.ErrorCode()
 	}
 	return Classify(op, key, cond, status, code, err)
+}
+
+// notS3Err names what answered, and where.
+func notS3Err(req *http.Request, what string) error {
+	where := "the endpoint"
+	if req != nil && req.URL != nil {
+		where = req.URL.Scheme + "://" + req.URL.Host
+	}
+	return fmt.Errorf("%s answered %s; check --endpoint (or DEED_ENDPOINT / AWS_ENDPOINT_URL_S3): it must be the S3 store's URL", where, what)
 }
 
 // noCredentials reports the SDK's failure to find credentials. It arrives
@@ -378,6 +486,13 @@ func (b *s3Bucket) List(ctx context.Context, in ListInput) (ListPage, error) {
 	out, err := b.reads.ListObjectsV2(ctx, req)
 	if err != nil {
 		return ListPage{}, classifySDK("list", in.Prefix, None, err)
+	}
+	// A web page parses as an empty listing; an empty listing from
+	// something that is not S3 would be a confident wrong answer.
+	if raw, ok := awsmiddleware.GetRawResponse(out.ResultMetadata).(*smithyhttp.Response); ok && raw.Response != nil {
+		if what := raw.Header.Get(notS3Header); what != "" {
+			return ListPage{}, &OpError{Op: "list", Key: in.Prefix, Kind: ErrNotS3, Status: raw.StatusCode, Err: notS3Err(raw.Request, what)}
+		}
 	}
 	var page ListPage
 	for _, o := range out.Contents {

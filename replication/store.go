@@ -153,7 +153,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // permanent reports errors no retry can fix.
 func permanent(err error) bool {
-	return errors.Is(err, bucket.ErrAccessDenied) || errors.Is(err, bucket.ErrUnsupported)
+	return errors.Is(err, bucket.ErrAccessDenied) || errors.Is(err, bucket.ErrUnsupported) || errors.Is(err, bucket.ErrNotS3)
 }
 
 // retry runs op until it succeeds, fails permanently, or attempts run out

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -28,13 +29,17 @@ const (
 
 // apiFlags are the flags of the commands that talk to a daemon.
 type apiFlags struct {
-	addr  string
-	token string
+	addr      string
+	token     string
+	tokenFile string
+	caCert    string
 }
 
 func (f *apiFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "addr", defaultAddr, "base URL of a running 'deed run' (env "+envAddr+")")
 	cmd.Flags().StringVar(&f.token, "token", "", "bearer token of the daemon's API (env "+envToken+")")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "read the bearer token from this file instead (trailing newline ignored)")
+	cmd.Flags().StringVar(&f.caCert, "ca-cert", "", "PEM file of the CA (or the self-signed certificate) to trust for an https --addr, instead of the system's")
 }
 
 // apiClient talks to one daemon.
@@ -51,7 +56,16 @@ func (f *apiFlags) client(cfg *config, cmd *cobra.Command) (*apiClient, error) {
 	if !cmd.Flags().Changed("addr") {
 		addr = firstNonEmpty(cfg.getenv(envAddr), defaultAddr)
 	}
-	if !cmd.Flags().Changed("token") {
+	switch {
+	case f.tokenFile != "" && cmd.Flags().Changed("token"):
+		return nil, errBothTokens()
+	case f.tokenFile != "":
+		t, err := readTokenFile(f.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		token = t
+	case !cmd.Flags().Changed("token"):
 		token = cfg.getenv(envToken)
 	}
 	token = strings.TrimSpace(token) // from a file or the environment, with its newline
@@ -59,7 +73,20 @@ func (f *apiFlags) client(cfg *config, cmd *cobra.Command) (*apiClient, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, bucket.Errorf(bucket.CodeBadRequest, "--addr %q: want http(s)://HOST:PORT of a running 'deed run'", redactURL(addr))
 	}
-	return &apiClient{base: strings.TrimSuffix(addr, "/"), token: token, hc: &http.Client{Timeout: apiTimeout}}, nil
+	hc := &http.Client{Timeout: apiTimeout}
+	if f.caCert != "" {
+		if u.Scheme != "https" {
+			return nil, bucket.Errorf(bucket.CodeBadRequest, "--ca-cert is for an https --addr, not %s", addr)
+		}
+		pool, err := caPool(f.caCert)
+		if err != nil {
+			return nil, err
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		hc.Transport = tr
+	}
+	return &apiClient{base: strings.TrimSuffix(addr, "/"), token: token, hc: hc}, nil
 }
 
 // do sends one request and decodes a 2xx JSON answer into out. An error

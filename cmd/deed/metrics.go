@@ -128,6 +128,8 @@ func outcome(err error) string {
 		return "denied"
 	case errors.Is(err, bucket.ErrUnsupported):
 		return "unsupported"
+	case errors.Is(err, bucket.ErrNotS3):
+		return "not_s3"
 	default:
 		return "unavailable"
 	}
