@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/deedkit/deed/bucket"
-	"github.com/deedkit/deed/fakes3/s3test"
 )
 
 // holdingProxy stands between a daemon and its store. While armed, it
@@ -166,7 +166,8 @@ func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bucket.OpenS3(t.Context(), loc, bucket.S3Options{Endpoint: s3, Credentials: s3test.Credentials()})
+	b, err := bucket.OpenS3(t.Context(), loc, bucket.S3Options{Endpoint: s3,
+		Credentials: credentials.NewStaticCredentialsProvider(c.creds.AccessKeyID, c.creds.SecretAccessKey, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
