@@ -103,6 +103,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		d := Decide(cur, n.cfg.Name, owner, now, p, opts.Force)
 		switch d.Action {
 		case RefuseCorrupt:
+			if d.Reason == ReasonEpochOverflow {
+				return nil, d.Reason, bucket.Errorf(bucket.CodeCorruptOwner, "claim %s: corrupt ownership record %s: epoch %d (data epoch %d) has no successor; nothing written",
+					cell, key, cur.Record.Epoch, cur.DataEpoch)
+			}
 			return nil, d.Reason, bucket.Wrap(cur.parseErr(key), "claim %s", cell)
 		case Refuse:
 			return nil, d.Reason, &HeldError{Cell: cell, Owner: cur.Record.Node, Addr: owner.Addr, Epoch: cur.Record.Epoch}

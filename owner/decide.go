@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"math"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
@@ -16,7 +17,10 @@ const (
 	Take
 	// Refuse: a live node holds the cell.
 	Refuse
-	// RefuseCorrupt: the record does not parse and the claim is not forced.
+	// RefuseCorrupt: the record does not parse and the claim is not forced,
+	// or the epoch to write would not fit (reason "epoch-overflow"): forced
+	// or not, nothing is written, because a wrapped epoch would sort below
+	// every fence it must be above.
 	RefuseCorrupt
 )
 
@@ -54,6 +58,11 @@ type Decision struct {
 	Reason string
 }
 
+// ReasonEpochOverflow is the reason of a RefuseCorrupt decision when the
+// record (or, for a forced claim over a corrupt one, the newest data
+// epoch) is already at the largest epoch.
+const ReasonEpochOverflow = "epoch-overflow"
+
 // Decide is the claim rule of DESIGN.md as a pure function of what was read
 // (cur), who is asking (me), what is known of the owner's liveness (owner,
 // judged at now) and whether an operator forces the claim.
@@ -63,12 +72,16 @@ func Decide(cur Current, me string, owner Observation, now time.Time, p Params, 
 		return Decision{Action: Create, Epoch: 1, Reason: "absent"}
 	case cur.Corrupt && !force:
 		return Decision{Action: RefuseCorrupt, Reason: "corrupt"}
+	case cur.Corrupt && cur.DataEpoch == math.MaxUint64:
+		return Decision{Action: RefuseCorrupt, Reason: ReasonEpochOverflow}
 	case cur.Corrupt:
 		// The record's epoch is unreadable. Start above the newest epoch
 		// that holds data, so the new owner's seals fence every writer whose
 		// data exists. (A lost owner that never wrote cannot be fenced by
 		// an epoch nobody can read: that is why this needs force.)
 		return Decision{Action: Take, Epoch: cur.DataEpoch + 1, Reason: "forced"}
+	case cur.Record.Epoch == math.MaxUint64:
+		return Decision{Action: RefuseCorrupt, Reason: ReasonEpochOverflow}
 	}
 	next := cur.Record.Epoch + 1
 	switch {
