@@ -155,7 +155,7 @@ func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket,
 	}
 	srv, err := fakes3.NewServer(fakes3.ServerOptions{Dir: filepath.Join(rf.dataDir, "s3"), Buckets: []string{defaultFakeBucket}, Logger: cfg.log})
 	if err != nil {
-		return nil, "", nil, bucket.Errorf(bucket.CodeUnavailable, "embedded store in %s: %w", rf.dataDir, err)
+		return nil, "", nil, bucket.Wrap(err, "embedded store in %s", rf.dataDir) // a damaged store file keeps its DEED-E032
 	}
 	url, err := srv.Start(rf.s3Listen)
 	if err != nil {
