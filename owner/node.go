@@ -24,8 +24,8 @@ type Config struct {
 	// Addr is the address peers should be sent to; stored in the node lease
 	// and reported in DEED-E020 errors.
 	Addr string
-	// TTL is the node lease's time to live (default 10s); it is renewed every
-	// TTL/3. Margin (default 1s, or TTL/10 when that is smaller) absorbs
+	// TTL is the node lease's time to live (default 10s, MinTTL..MaxTTL);
+	// it is renewed every TTL/3. Margin (default 1s, or TTL/10 when that is smaller) absorbs
 	// clock-rate differences: a node fences itself at TTL−margin after its
 	// last good renewal, peers declare it dead only after TTL+margin.
 	TTL, Margin time.Duration
