@@ -2,34 +2,18 @@ package owner_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/fakes3/benchtest"
 	"github.com/deedkit/deed/owner"
 )
-
-// largestBody records the largest body any Get returned: what one read
-// held in memory.
-type largestBody struct {
-	bucket.Bucket
-	max atomic.Int64
-}
-
-func (b *largestBody) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
-	o, err := b.Bucket.Get(ctx, key, max)
-	if n := int64(len(o.Body)); n > b.max.Load() {
-		b.max.Store(n)
-	}
-	return o, err
-}
 
 // An own.json far over MaxRecordLen is refused as corrupt (DEED-E030)
 // without being read whole; a forced claim replaces it like any other
@@ -38,10 +22,10 @@ func TestOversizedOwnershipRecord(t *testing.T) {
 	m := fakes3.NewMem()
 	key := owner.CellKey("c")
 	m.Set(key, bytes.Repeat([]byte("x"), 64<<20))
-	b := &largestBody{Bucket: m}
+	b := &benchtest.Counted{B: m}
 	n := newNode(t, b, "a")
 	defer func() {
-		if got := b.max.Load(); got > owner.MaxRecordLen {
+		if got := b.LargestBody(); got > owner.MaxRecordLen {
 			t.Errorf("a read held %d bytes, limit %d", got, owner.MaxRecordLen)
 		}
 	}()

@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/fakes3/benchtest"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -83,21 +83,6 @@ func TestEncodeRefusesFilesOverMaxFileLen(t *testing.T) {
 	mustCode(t, err, bucket.CodeBadRequest)
 }
 
-// largestBody records the largest body any Get returned: what one read
-// held in memory.
-type largestBody struct {
-	bucket.Bucket
-	max atomic.Int64
-}
-
-func (b *largestBody) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
-	o, err := b.Bucket.Get(ctx, key, max)
-	if n := int64(len(o.Body)); n > b.max.Load() {
-		b.max.Store(n)
-	}
-	return o, err
-}
-
 // A 64 MiB object in a slot is DEED-E031 naming the key, refused from its
 // size: no read holds more than MaxFileLen of it (one read of 512 MiB used
 // to take the daemon to 1.46 GB).
@@ -109,7 +94,7 @@ func TestOversizedSlotObject(t *testing.T) {
 	appendN(t, newLedger(), lg, la, "r", 2)
 	key := replication.SlotKey(cell, 1, 3)
 	m.Set(key, make([]byte, 64<<20))
-	b := &largestBody{Bucket: m}
+	b := &benchtest.Counted{B: m}
 	_, err := replication.Read(ctx, b, cell, 0, 0)
 	mustCode(t, err, bucket.CodeCorruptTx)
 	if !strings.Contains(err.Error(), key) {
@@ -117,7 +102,7 @@ func TestOversizedSlotObject(t *testing.T) {
 	}
 	_, err = replication.Restore(ctx, b, cell, nil, func(replication.Record) error { return nil })
 	mustCode(t, err, bucket.CodeCorruptTx)
-	if got := b.max.Load(); got > replication.MaxFileLen {
+	if got := b.LargestBody(); got > replication.MaxFileLen {
 		t.Fatalf("a read held %d bytes, limit %d", got, replication.MaxFileLen)
 	}
 }
