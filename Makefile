@@ -42,10 +42,17 @@ build:
 # The second line builds the deliberately broken protocol variants (the
 # deedbroken tag: never in a release build) and checks that the
 # simulation's checkers catch every one of them, and that replication's
-# step-by-step races break under the variants they pin.
+# step-by-step races break under the variants they pin. The last two fuzz
+# the .ltx decoder and encoder briefly (seeds: testdata/ltx and
+# replication/testdata/fuzz); a failing input is written to
+# replication/testdata/fuzz/ for `go test -run` to replay. FUZZTIME
+# lengthens them: make test FUZZTIME=5m.
+FUZZTIME ?= 10s
 test:
 	$(GO) test -race ./...
 	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
+	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 
 # sim: SEEDS seeds of the simulation from SEEDBASE on; a failing seed prints
 # the command that replays it.

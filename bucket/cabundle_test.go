@@ -42,7 +42,7 @@ func roundTrip(t *testing.T, b bucket.Bucket) error {
 	if _, err := b.Put(t.Context(), "k", []byte("v"), bucket.IfAbsent); err != nil {
 		return err
 	}
-	obj, err := b.Get(t.Context(), "k")
+	obj, err := b.Get(t.Context(), "k", 0)
 	if err == nil && string(obj.Body) != "v" {
 		t.Fatalf("read back %q", obj.Body)
 	}

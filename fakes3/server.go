@@ -114,6 +114,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("create fakes3 dir: %w", err)
 		}
 		path := filepath.Join(opts.Dir, "fakes3.db")
+		if err := checkStoreFile(path); err != nil {
+			return nil, err
+		}
 		// The timeout turns "another process has the store open" into an
 		// error instead of a hang.
 		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})

@@ -190,7 +190,7 @@ func TestServerSigV4SDKClient(t *testing.T) {
 		if _, err := b.Put(t.Context(), key, []byte(key), bucket.IfAbsent); err != nil {
 			t.Fatalf("put %q: %v", key, err)
 		}
-		obj, err := b.Get(t.Context(), key)
+		obj, err := b.Get(t.Context(), key, 0)
 		if err != nil || string(obj.Body) != key {
 			t.Fatalf("get %q: %q %v", key, obj.Body, err)
 		}
@@ -199,7 +199,7 @@ func TestServerSigV4SDKClient(t *testing.T) {
 			t.Fatalf("list %q: %+v %v", key, page, err)
 		}
 	}
-	_, err := open(fakes3.Credentials{AccessKeyID: sigCreds.AccessKeyID, SecretAccessKey: "wrong"}).Get(t.Context(), "plain")
+	_, err := open(fakes3.Credentials{AccessKeyID: sigCreds.AccessKeyID, SecretAccessKey: "wrong"}).Get(t.Context(), "plain", 0)
 	if bucket.CodeOf(err) != bucket.CodeUnauthorized {
 		t.Fatalf("wrong secret: %v, want %s", err, bucket.CodeUnauthorized)
 	}

@@ -86,19 +86,19 @@ exit status 5.`,
 				Credentials:      creds,
 			})
 			if err != nil {
-				return bucket.Errorf(bucket.CodeUnavailable, "fakes3: %w", err)
+				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			url, err := srv.Start(listen)
 			if err != nil {
 				_ = srv.Close()
-				return bucket.Errorf(bucket.CodeUnavailable, "fakes3: %w", err)
+				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			printFakeBanner(cfg, url, dir, names, ignore, creds, credsFile)
 
 			<-ctx.Done()
 			cfg.log.Info("fakes3 shutting down", "url", url)
 			if err := srv.Close(); err != nil {
-				return bucket.Errorf(bucket.CodeUnavailable, "fakes3: %w", err)
+				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			return nil
 		},

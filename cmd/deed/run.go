@@ -14,6 +14,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/owner"
 )
 
 const envToken = "DEED_TOKEN"
@@ -139,6 +140,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if certs != nil {
 		scheme = "https://"
 	}
+	if err := owner.ValidateTTL(rf.ttl); err != nil {
+		return bucket.Wrap(err, "--ttl")
+	}
 	if rf.advertise == "" {
 		rf.advertise = scheme + rf.listen
 	}
@@ -261,7 +265,7 @@ func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket,
 	}
 	srv, err := fakes3.NewServer(fakes3.ServerOptions{Dir: dir, Buckets: []string{defaultFakeBucket}, Logger: cfg.log, Credentials: &creds})
 	if err != nil {
-		return nil, "", nil, bucket.Errorf(bucket.CodeUnavailable, "embedded store in %s: %w", rf.dataDir, err)
+		return nil, "", nil, bucket.Wrap(err, "embedded store in %s", rf.dataDir) // a damaged store file keeps its DEED-E032
 	}
 	url, err := srv.Start(rf.s3Listen)
 	if err != nil {

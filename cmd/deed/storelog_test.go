@@ -34,11 +34,11 @@ func (o *sdkOutage) fail(op, key string, cond bucket.Condition) error {
 	return bucket.Classify(op, key, cond, 0, "", chain)
 }
 
-func (o *sdkOutage) Get(ctx context.Context, key string) (bucket.Object, error) {
+func (o *sdkOutage) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	if err := o.fail("get", key, bucket.Condition{}); err != nil {
 		return bucket.Object{}, err
 	}
-	return o.Bucket.Get(ctx, key)
+	return o.Bucket.Get(ctx, key, max)
 }
 
 func (o *sdkOutage) Head(ctx context.Context, key string) (bucket.Info, error) {
