@@ -60,7 +60,7 @@ func TestE2EDamagedStoreFile(t *testing.T) {
 					t.Fatal(err)
 				}
 				s3 := freeAddr(t)
-				args := []string{"run", "--node", "n1", "--listen", freeAddr(t), "--s3-listen", s3, "--data-dir", dataDir}
+				args := []string{"run", "--embedded-store", "--node", "n1", "--listen", freeAddr(t), "--s3-listen", s3, "--data-dir", dataDir}
 				if command == "fakes3" {
 					args = []string{"fakes3", "--dir", dir, "--listen", s3}
 				}
