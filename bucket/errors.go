@@ -38,6 +38,15 @@ var (
 	ErrTooLarge = errors.New("object too large")
 )
 
+// Permanent reports whether err is the store refusing the request as such:
+// wrong credentials, an operation or key layout it does not support, or an
+// endpoint that is not S3 at all. Such a request was not applied, and
+// sending it again cannot help, so even for a conditional write it is a
+// refusal ("not applied"), never an unknown outcome.
+func Permanent(err error) bool {
+	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotS3)
+}
+
 // TooLarge is the error a Get returns for an object over its limit max;
 // size is the object's size when the store said it, else -1 (the body ran
 // past max+1 bytes).

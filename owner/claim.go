@@ -137,6 +137,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 				return nil, "", bucket.Wrap(err, "claim %s", cell)
 			}
 			continue
+		case bucket.Permanent(err):
+			// Refused as such (credentials, an endpoint that is not S3):
+			// nothing was written.
+			return nil, "", bucket.Wrap(err, "claim %s", cell)
 		default:
 			// Ambiguous (or transient): the write may have landed.
 			lastErr = err

@@ -126,6 +126,8 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 		n.mu.Unlock()
 		n.log.Debug("first claim write refused; reading", "cell", cell, "guess", d.Reason, "err", err)
 		return nil, "", nil, false
+	case bucket.Permanent(err):
+		return nil, "", bucket.Wrap(err, "claim %s", cell), true
 	default:
 		applied, got, rerr := n.reconcile(ctx, key, rec)
 		if rerr != nil {

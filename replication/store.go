@@ -152,11 +152,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// permanent reports errors no retry can fix.
-func permanent(err error) bool {
-	return errors.Is(err, bucket.ErrAccessDenied) || errors.Is(err, bucket.ErrUnsupported) || errors.Is(err, bucket.ErrNotS3)
-}
-
 // retry runs op until it succeeds, fails permanently, or attempts run out
 // (attempts ≤ 0: until ctx ends). Each attempt gets its own timeout.
 func (s *store) retry(ctx context.Context, attempts int, op func(ctx context.Context) error) error {
@@ -164,7 +159,7 @@ func (s *store) retry(ctx context.Context, attempts int, op func(ctx context.Con
 		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 		err := op(actx)
 		cancel()
-		if err == nil || permanent(err) || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) || errors.Is(err, bucket.ErrTooLarge) {
+		if err == nil || bucket.Permanent(err) || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) || errors.Is(err, bucket.ErrTooLarge) {
 			return err
 		}
 		if ctx.Err() != nil || (attempts > 0 && i+1 >= attempts) {
@@ -275,7 +270,7 @@ func (s *store) createCounted(ctx context.Context, key string, body []byte) (the
 		if err == nil {
 			return nil, puts, nil
 		}
-		if permanent(err) {
+		if bucket.Permanent(err) {
 			return nil, puts, bucket.Wrap(err, "write %s", key)
 		}
 		if brokenNoReadBack {
@@ -290,7 +285,7 @@ func (s *store) createCounted(ctx context.Context, key string, body []byte) (the
 			return nil, puts, rerr // someone else's bytes, and not a file: DEED-E031
 		case rerr != nil:
 			last = rerr
-			if permanent(rerr) {
+			if bucket.Permanent(rerr) {
 				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
 			}
 			continue
