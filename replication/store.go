@@ -240,6 +240,26 @@ func (s *store) list(ctx context.Context, in bucket.ListInput) (bucket.ListPage,
 // again after a backoff. It gives up only when ctx ends, with DEED-E012:
 // the write may still land, and the caller must not report it as refused.
 func (s *store) create(ctx context.Context, key string, body []byte) (theirs *File, err error) {
+	got, err := s.createRaw(ctx, key, body)
+	if err != nil || got == nil {
+		return nil, err
+	}
+	if brokenNoReadBack {
+		return got.file, nil
+	}
+	return Decode(key, got.body)
+}
+
+// other is what create found at its key instead of its own bytes: the raw
+// body, or (brokenNoReadBack) a file already decoded.
+type other struct {
+	body []byte
+	file *File
+}
+
+// createRaw is create without decoding: theirs holds the bytes found at key
+// when they are not body.
+func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs *other, err error) {
 	var last error
 	for i := 0; ; i++ {
 		if i > 0 {
@@ -257,7 +277,11 @@ func (s *store) create(ctx context.Context, key string, body []byte) (theirs *Fi
 			return nil, bucket.Wrap(err, "write %s", key)
 		}
 		if brokenNoReadBack {
-			return s.trustTypedError(ctx, key, err)
+			f, err := s.trustTypedError(ctx, key, err)
+			if err != nil || f == nil {
+				return nil, err
+			}
+			return &other{file: f}, nil
 		}
 		last = err
 		// 412 (someone's bytes are there) or an unknown outcome: read back.
@@ -276,10 +300,6 @@ func (s *store) create(ctx context.Context, key string, body []byte) (theirs *Fi
 		case bytes.Equal(got, body):
 			return nil, nil
 		}
-		f, derr := Decode(key, got)
-		if derr != nil {
-			return nil, derr
-		}
-		return f, nil
+		return &other{body: got}, nil
 	}
 }

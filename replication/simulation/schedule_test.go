@@ -44,11 +44,13 @@ const (
 	// Compaction, drawn from a stream of its own (see planCompaction).
 	opSnapshot // the cell's owner snapshots its log at a durable txid
 	opGC       // GC of the cell, by a node or by an out-of-band operator
+	// Lock-only claims, drawn from a stream of their own (see planLocks).
+	opLock // a lock-only claim (deed exec): claim, hold, release; never touches the log
 	nKinds
 )
 
 var kindNames = [...]string{"append", "read", "barrier-read", "claim", "forced-claim", "release", "stop",
-	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc"}
+	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc", "lock-only"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -95,6 +97,8 @@ func (s step) String() string {
 		fmt.Fprintf(&b, " c%d x%d within %v", s.cell, s.burst, s.dur)
 	case opRead, opBarrier, opClaim, opForce, opRelease:
 		fmt.Fprintf(&b, " c%d", s.cell)
+	case opLock:
+		fmt.Fprintf(&b, " c%d x%d (force %v) hold %v", s.cell, s.burst, s.operator, s.dur)
 	case fLatency:
 		where := "before"
 		if s.reply {
@@ -196,7 +200,36 @@ func plan(seed uint64) (simConfig, []step) {
 	}
 	extra, finalGC := planCompaction(seed, cfg, steps)
 	cfg.finalGC = finalGC
-	return cfg, merge(steps, extra)
+	return cfg, merge(steps, append(extra, planLocks(seed, cfg, steps)...))
+}
+
+// lockSeed keys planLocks' stream.
+const lockSeed = 0x10c0
+
+// planLocks draws lock-only claims — a deed exec: claim the cell under an
+// identity of its own, hold it, release it, never touching the log — from
+// a stream of their own, so that adding them left every older seed's
+// other steps as they were. About one every 600 ms; each claims the cell
+// 1 to 40 times in a row (a burst of execs bumps the epoch that many
+// times), forced in a third of the bursts (an operator taking the cell
+// from a live owner). Data owners thus meet gaps of many epochs between
+// the newest epoch with data and their own.
+func planLocks(seed uint64, cfg simConfig, main []step) []at {
+	rng := rand.New(rand.NewPCG(seed^lockSeed, 0x10c))
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	var end time.Duration
+	for _, s := range main {
+		end += s.gap
+	}
+	var out []at
+	for t := ms(0, 600); t <= end; t += ms(0, 1200) {
+		s := step{kind: opLock, node: rng.IntN(cfg.nodes), cell: rng.IntN(cfg.cells)}
+		s.burst = 1 + rng.IntN(40)
+		s.operator = rng.IntN(3) == 0
+		s.dur = ms(0, 300)
+		out = append(out, at{t: t, s: s})
+	}
+	return out
 }
 
 // compactionSeed derives the seed of planCompaction's stream. Drawing the

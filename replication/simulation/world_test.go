@@ -369,6 +369,8 @@ func (w *world) do(i int, s step) {
 		w.goOp(func(ctx context.Context) { w.claim(ctx, n, cell, s.kind == opForce) })
 	case opRelease:
 		w.goOp(func(ctx context.Context) { w.release(ctx, n, cell) })
+	case opLock:
+		w.goOp(func(ctx context.Context) { w.lockOnly(ctx, i, cell, s) })
 	case opSnapshot:
 		w.goOp(func(ctx context.Context) { w.snapshot(ctx, n, cell, s) })
 	case opGC:
@@ -560,6 +562,37 @@ func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) 
 	inc.mu.Unlock()
 	if old != nil { // re-entry superseded it
 		_ = old.log.Close(ctx)
+	}
+}
+
+// lockOnly is a burst of lock-only claims (deed exec): each under an
+// identity of its own (never a data owner's node), held for s.dur and
+// released, without a log. Each bumps the epoch and writes nothing under
+// the log prefix; a forced one also takes the cell from a live owner,
+// whose log goes on writing until the next data owner fences it.
+func (w *world) lockOnly(ctx context.Context, i int, cell string, s step) {
+	b := w.mem.Client(fmt.Sprintf("lock%d", i))
+	for k := range s.burst {
+		node, err := owner.NewNode(b, owner.Config{Name: fmt.Sprintf("lock%d-%d", i, k), TTL: w.cfg.ttl})
+		if err != nil {
+			w.h.violate("lock-only node: %v", err)
+			return
+		}
+		lease, err := node.Claim(ctx, cell, owner.ClaimOptions{Force: s.operator})
+		if err != nil {
+			w.h.logf("lock-only claim %s by lock%d-%d: %s", cell, i, k, shortErr(err))
+			return
+		}
+		if k == 0 || k == s.burst-1 {
+			w.h.logf("lock-only claim %s by lock%d-%d: epoch %d", cell, i, k, lease.Epoch())
+		}
+		if k == s.burst-1 {
+			time.Sleep(s.dur)
+		}
+		if err := lease.Release(ctx); err != nil {
+			w.h.logf("lock-only release %s e%d: %s", cell, lease.Epoch(), shortErr(err))
+			return
+		}
 	}
 }
 
