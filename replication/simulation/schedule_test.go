@@ -209,25 +209,34 @@ const lockSeed = 0x10c0
 // planLocks draws lock-only claims — a deed exec: claim the cell under an
 // identity of its own, hold it, release it, never touching the log — from
 // a stream of their own, so that adding them left every older seed's
-// other steps as they were. About one every 600 ms; each claims the cell
-// 1 to 40 times in a row (a burst of execs bumps the epoch that many
-// times), forced in a third of the bursts (an operator taking the cell
-// from a live owner). Data owners thus meet gaps of many epochs between
-// the newest epoch with data and their own.
+// other steps as they were. About one burst every 1.5 s, each claiming
+// the cell 1 to 40 times in a row (a burst of execs bumps the epoch that
+// many times), forced in a third of the bursts (an operator taking the
+// cell from a live owner); and after a third of the main stream's claims,
+// a forced burst within 300 ms on the same cell, so that lock-only claims
+// fall between a data owner's claim and its first steps on the log. Data
+// owners thus meet gaps of many epochs between the newest epoch with data
+// and their own, and lose their cell while they open their log.
 func planLocks(seed uint64, cfg simConfig, main []step) []at {
 	rng := rand.New(rand.NewPCG(seed^lockSeed, 0x10c))
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	burst := func(cell int, force bool) step {
+		s := step{kind: opLock, node: rng.IntN(cfg.nodes), cell: cell}
+		s.burst = 1 + rng.IntN(40)
+		s.operator = force || rng.IntN(3) == 0
+		s.dur = ms(0, 300)
+		return s
+	}
 	var end time.Duration
+	var out []at
 	for _, s := range main {
 		end += s.gap
+		if (s.kind == opClaim || s.kind == opForce) && rng.IntN(3) == 0 {
+			out = append(out, at{t: end + ms(0, 300), s: burst(s.cell, true)})
+		}
 	}
-	var out []at
-	for t := ms(0, 600); t <= end; t += ms(0, 1200) {
-		s := step{kind: opLock, node: rng.IntN(cfg.nodes), cell: rng.IntN(cfg.cells)}
-		s.burst = 1 + rng.IntN(40)
-		s.operator = rng.IntN(3) == 0
-		s.dur = ms(0, 300)
-		out = append(out, at{t: t, s: s})
+	for t := ms(0, 1500); t <= end; t += ms(0, 3000) {
+		out = append(out, at{t: t, s: burst(rng.IntN(cfg.cells), false)})
 	}
 	return out
 }

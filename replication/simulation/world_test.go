@@ -546,6 +546,12 @@ func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) 
 	inc.mu.Unlock()
 	w.h.addLease(&leaseRec{cell: cell, epoch: lease.Epoch(), token: lease.Token(), node: n.name, inc: inc, reason: reason, call: call, ret: ret})
 	w.h.logf("claim %s by %s (force %v): epoch %d (%s)", cell, inc.client, force, lease.Epoch(), reason)
+	// Half the claimers are slow to open their log (a scheduler, a GC
+	// pause, a slow first request): newer claims, lock-only ones included,
+	// can come between a claim and its announcement.
+	if d := draw(w.seed, "open-delay", cell, lease.Epoch()); d%2 == 0 {
+		time.Sleep(time.Duration(d/2%800) * time.Millisecond)
+	}
 	lg, err := replication.Open(ctx, inc.b, lease, w.logOpts()...)
 	if err != nil {
 		w.h.logf("open log %s e%d by %s: %s", cell, lease.Epoch(), inc.client, shortErr(err))

@@ -1,0 +1,105 @@
+package replication_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
+)
+
+// lateAnnouncer stages the race the re-check exists for. Owner a writes
+// a0 at epoch 1. Owner p claims epoch 2 and starts to open its log, but its
+// announcement PUT takes an hour to arrive. Meanwhile n claims epoch 3,
+// opens (its LIST shows no announcement of epoch 2, so it seals epoch 1
+// and tombstones nothing) and appends n0. Then p's announcement lands and
+// p's Open goes on. It returns p's Open error and, if p opened, p's log.
+func lateAnnouncer(t *testing.T, m *fakes3.Mem, g *ledger) (*replication.Log, *owner.Lease, error) {
+	t.Helper()
+	ctx := context.Background()
+	la := claim(t, m, "a", false)
+	logA := open(t, m, la)
+	appendN(t, g, logA, la, "a", 1)
+
+	pc := m.Client("p")
+	lp := claim(t, pc, "p", true)
+	m.Inject(fakes3.Rule{Op: fakes3.OpPut, Key: replication.AnnounceKey(cell, lp.Epoch()), Latency: time.Hour, Times: 1})
+	type opened struct {
+		lg  *replication.Log
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		lg, err := replication.Open(ctx, pc, lp, replication.WithRequestTimeout(2*time.Hour))
+		done <- opened{lg, err}
+	}()
+	synctest.Wait() // p's announcement is on its way
+
+	ln := claim(t, m, "n", true)
+	logN := open(t, m, ln)
+	appendN(t, g, logN, ln, "n", 1)
+
+	o := <-done // the clock runs on: p's announcement lands
+	if o.lg != nil {
+		t.Cleanup(func() { _ = o.lg.Close(context.Background()) })
+	}
+	return o.lg, lp, o.err
+}
+
+// The sound rule: p re-reads the ownership record after its announcement
+// landed, sees epoch 3 and writes nothing; n's record stays on the chain.
+func TestLateAnnouncerIsFencedByRecheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		g := newLedger()
+		_, lp, err := lateAnnouncer(t, m, g)
+		mustCode(t, err, bucket.CodeSuperseded)
+		mustCode(t, lp.Err(), bucket.CodeSuperseded)
+		if recs := g.check(t, m); !slices.Equal(data(recs), []string{"a0", "n0"}) {
+			t.Fatalf("read %q", data(recs))
+		}
+	})
+}
+
+// Lock-only claims between two data owners cost nothing: the data owner
+// after them writes one tombstone per announced epoch, none for the
+// lock-only ones, and readers skip them without a request each.
+func TestLockOnlyClaimsAreNotTombstoned(t *testing.T) {
+	ctx := context.Background()
+	m := fakes3.NewMem()
+	g := newLedger()
+	la := claim(t, m, "a", false)
+	logA := open(t, m, la)
+	appendN(t, g, logA, la, "a", 2)
+	for i := range 50 {
+		l := claim(t, m, "lock", true)
+		if i == 49 {
+			break
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb := claim(t, m, "b", true)
+	before := m.Counts()
+	logB := open(t, m, lb)
+	if d := m.Counts().Sub(before); d.Put != 2 {
+		t.Fatalf("open after 50 lock-only claims made %d PUTs, want 2 (announcement, seal)", d.Put)
+	}
+	appendN(t, g, logB, lb, "b", 2)
+	mustCode(t, g.append(ctx, logA, la, "a-stale"), bucket.CodeSuperseded)
+	if recs := g.check(t, m); !slices.Equal(data(recs), []string{"a0", "a1", "b0", "b1"}) {
+		t.Fatalf("read %q", data(recs))
+	}
+	for _, k := range m.Keys(replication.LogPrefix(cell)) {
+		if !strings.Contains(k, "/e1/") && !strings.Contains(k, "/e52/") && !strings.Contains(k, "/announce/") {
+			t.Fatalf("a lock-only epoch got a file: %s", k)
+		}
+	}
+}
