@@ -94,7 +94,7 @@ func TestSnapshotAndGC(t *testing.T) {
 		lb := claim(t, b, "b", true)
 		logB := open(t, b, lb)          // seals e1/14
 		appendN(t, g, logB, lb, "c", 2) // txids 14, 15
-		lx := claim(t, m, "x", true) // epoch 3 announces, then crashes before sealing
+		lx := claim(t, m, "x", true)    // epoch 3 announces, then crashes before sealing
 		if err := replication.Announce(ctx, m, lx); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -496,19 +497,25 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantExit(t, e.run(t, "claim", "plain", "--node", "w"), 0, "")
+	// A key deed never writes: ignored, kept, and listed by --dry-run.
+	const stray = "cells/snap/ltx/e5000000000/junk"
+	if _, err := e.b.Put(ctx, stray, []byte("junk"), bucket.None); err != nil {
+		t.Fatal(err)
+	}
 	before := e.keys(t)
 
 	r := e.run(t, "gc", "snap", "--dry-run", "--json")
 	wantExit(t, r, 0, "")
 	v := decode[gcView](t, r.stdout)
-	if !v.DryRun || !strings.HasSuffix(v.Snapshot, ".snapshot") || len(v.Deleted) != 3 || v.Bytes == 0 {
+	if !v.DryRun || !strings.HasSuffix(v.Snapshot, ".snapshot") || len(v.Deleted) != 3 || v.Bytes == 0 || !slices.Equal(v.Strays, []string{stray}) {
 		t.Fatalf("dry run = %+v", v)
 	}
 	if after := e.keys(t); len(after) != len(before) {
 		t.Fatalf("dry run deleted %d objects", len(before)-len(after))
 	}
 	r = e.run(t, "gc", "snap", "--dry-run")
-	if !strings.Contains(r.stdout, "snap: would delete 3 files") || !strings.Contains(r.stdout, "  "+v.Deleted[0]) {
+	if !strings.Contains(r.stdout, "snap: would delete 3 files") || !strings.Contains(r.stdout, "  "+v.Deleted[0]) ||
+		!strings.Contains(r.stdout, "1 stray keys") || !strings.Contains(r.stdout, "  "+stray) {
 		t.Errorf("dry run text:\n%s", r.stdout)
 	}
 
