@@ -181,8 +181,9 @@ func TestClaimShowRelease(t *testing.T) {
 	if sv != (showView{Cell: "c1", Node: "a", Epoch: 1, Claimed: true}) {
 		t.Fatalf("show = %+v", sv)
 	}
-	// The record, and the seal of the claim's own (empty) epoch.
-	if keys := e.keys(t); strings.Join(keys, ",") != "tenant/cells/c1/ltx/e1/0000000000000001.ltx,tenant/cells/c1/own.json" {
+	// The record, the claim's announcement, and the seal of its own
+	// (empty) epoch.
+	if keys := e.keys(t); strings.Join(keys, ",") != "tenant/cells/c1/ltx/announce/00000000000000000001,tenant/cells/c1/ltx/e1/0000000000000001.ltx,tenant/cells/c1/own.json" {
 		t.Fatalf("a one-shot claim wrote %v", keys)
 	}
 	// So another node takes it over at once, and a re-claim bumps the epoch.
