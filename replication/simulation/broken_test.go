@@ -175,14 +175,30 @@ func TestBrokenGCDeletesMarkers(t *testing.T) {
 	catch(t, replication.SetBrokenGCMarkers, 0, "was deleted")
 }
 
-// The writer-side broken variants of bounded fencing (no re-check,
-// re-check before the announcement, a LIST from before the claim) need a
-// claimer held between its claim and its announcement while a newer owner
-// claims, lists and writes; these schedules did not produce that within
-// 200 seeds, so replication's TestBrokenNoRecheckLosesRecords and
-// TestBrokenRecheckFirstLosesRecords stage it step by step.
+// (g) Bounded fencing without its re-check: a new owner announces, LISTs
+// and writes without reading the ownership record again. An owner whose
+// announcement comes after a newer owner's LIST is not tombstoned by it,
+// yet it writes: readers follow its records from the seal both started
+// at, and the newer owner's acknowledged records are lost.
+func TestBrokenNoRecheck(t *testing.T) {
+	catch(t, replication.SetBrokenNoRecheck, 0, "")
+}
 
-// (g) A reader that scans the announced epochs of a LIST made before its
+// (h) The re-check before the announcement: the check passes, then a newer
+// owner claims and LISTs, then the marker lands, too late to be seen.
+func TestBrokenRecheckFirst(t *testing.T) {
+	catch(t, replication.SetBrokenRecheckFirst, 0, "")
+}
+
+// (i) A writer that tombstones the announced epochs of a LIST from before
+// its claim misses an epoch that announced in between, passed its re-check
+// (the claim had not happened yet) and writes.
+func TestBrokenListBeforeClaim(t *testing.T) {
+	defer replication.ForgetStaleLists()
+	catch(t, replication.SetBrokenListBeforeClaim, 0, "")
+}
+
+// (j) A reader that scans the announced epochs of a LIST made before its
 // read began misses an epoch that announced since, and ends the chain at
 // a seal that a newer owner's records follow.
 func TestBrokenReaderStaleList(t *testing.T) {
@@ -190,7 +206,7 @@ func TestBrokenReaderStaleList(t *testing.T) {
 	catch(t, replication.SetBrokenReaderStaleList, 0, "")
 }
 
-// (h) A reader that ends the chain at the first missing slot above a seal:
+// (k) A reader that ends the chain at the first missing slot above a seal:
 // an epoch that announced and then lost its re-check (or died) leaves its
 // slot missing for good, and every record after it is cut off.
 func TestBrokenReaderStopsAtMissing(t *testing.T) {

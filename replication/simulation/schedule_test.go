@@ -212,9 +212,11 @@ const lockSeed = 0x10c0
 // other steps as they were. About one burst every 1.5 s, each claiming
 // the cell 1 to 40 times in a row (a burst of execs bumps the epoch that
 // many times), forced in a third of the bursts (an operator taking the
-// cell from a live owner); and after a third of the main stream's claims,
-// a forced burst within 300 ms on the same cell, so that lock-only claims
-// fall between a data owner's claim and its first steps on the log. Data
+// cell from a live owner); and after
+// half the main stream's claims, a forced burst within 300 ms on the same
+// cell (followed, mostly, by another node's claim and appends), so that
+// lock-only claims and a newer data owner fall between a data owner's
+// claim and its first steps on the log. Data
 // owners thus meet gaps of many epochs between the newest epoch with data
 // and their own, and lose their cell while they open their log.
 func planLocks(seed uint64, cfg simConfig, main []step) []at {
@@ -231,8 +233,18 @@ func planLocks(seed uint64, cfg simConfig, main []step) []at {
 	var out []at
 	for _, s := range main {
 		end += s.gap
-		if (s.kind == opClaim || s.kind == opForce) && rng.IntN(3) == 0 {
-			out = append(out, at{t: end + ms(0, 300), s: burst(s.cell, true)})
+		if (s.kind == opClaim || s.kind == opForce) && rng.IntN(2) == 0 {
+			t := end + ms(0, 300)
+			b := burst(s.cell, true)
+			out = append(out, at{t: t, s: b})
+			if rng.IntN(3) != 0 {
+				// Another node claims the cell once the execs are done,
+				// and appends come in.
+				t += b.dur + ms(0, 200)
+				c := step{kind: opClaim, node: (s.node + 1 + rng.IntN(cfg.nodes-1)) % cfg.nodes, cell: s.cell}
+				a := step{kind: opAppend, node: rng.IntN(cfg.nodes), cell: s.cell, burst: 1 + rng.IntN(3), dur: time.Second}
+				out = append(out, at{t: t, s: c}, at{t: t + ms(0, 500), s: a})
+			}
 		}
 	}
 	for t := ms(0, 1500); t <= end; t += ms(0, 3000) {

@@ -546,11 +546,24 @@ func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) 
 	inc.mu.Unlock()
 	w.h.addLease(&leaseRec{cell: cell, epoch: lease.Epoch(), token: lease.Token(), node: n.name, inc: inc, reason: reason, call: call, ret: ret})
 	w.h.logf("claim %s by %s (force %v): epoch %d (%s)", cell, inc.client, force, lease.Epoch(), reason)
-	// Half the claimers are slow to open their log (a scheduler, a GC
-	// pause, a slow first request): newer claims, lock-only ones included,
-	// can come between a claim and its announcement.
-	if d := draw(w.seed, "open-delay", cell, lease.Epoch()); d%2 == 0 {
-		time.Sleep(time.Duration(d/2%800) * time.Millisecond)
+	// Half the claimers are slow on their way to the log: a sixth pause
+	// before they open it (a scheduler, a GC pause), a sixth send an
+	// announcement that takes its time to land, a sixth get a slow answer
+	// to their first LIST of the log. Newer claims, lock-only ones and data
+	// owners, come between a claim and its announcement, or between a
+	// re-check and the LIST after it.
+	d := draw(w.seed, "open-delay", cell, int(lease.Epoch()))
+	slow := time.Duration(d/6%2000) * time.Millisecond
+	switch d % 6 {
+	case 0:
+		w.h.logf("open log %s e%d by %s: after %v", cell, lease.Epoch(), inc.client, slow)
+		time.Sleep(slow)
+	case 1:
+		w.h.logf("open log %s e%d by %s: its announcement takes %v", cell, lease.Epoch(), inc.client, slow)
+		w.mem.Inject(fakes3.Rule{Client: inc.client, Op: fakes3.OpPut, Key: replication.AnnounceKey(cell, lease.Epoch()), Latency: slow, Times: 1})
+	case 2:
+		w.h.logf("open log %s e%d by %s: its LIST takes %v", cell, lease.Epoch(), inc.client, slow)
+		w.mem.Inject(fakes3.Rule{Client: inc.client, Op: fakes3.OpList, KeyPrefix: replication.LogPrefix(cell), Latency: slow, Times: 1})
 	}
 	lg, err := replication.Open(ctx, inc.b, lease, w.logOpts()...)
 	if err != nil {
