@@ -323,22 +323,35 @@ var errGCRace = errors.New("the log was garbage-collected under the walk")
 // And a deleted file must stay deleted: a PUT still travelling after its
 // writer gave up on it (the writer retried, and the retry landed) can land
 // after GC deleted the file and write it again. Reads guard against that
-// below any snapshot their listing showed (anchor.covered); a walk whose
-// own starting file is written again while it runs — a late PUT, a newer
-// snapshot, a sealed epoch and GC, all within one walk — is not guarded.
-func (s *store) stillValid(ctx context.Context, a anchor) error {
+// below any snapshot their listing showed (anchor.covered). A snapshot
+// anchor is checked further (end is the slot the walk ended at): the same
+// snapshot can be written again once GC deleted it (an owner snapshotting
+// the same state twice sends one create-only PUT, which succeeds again once
+// the key is free), so its presence proves little; but a snapshot with a
+// txid ≥ end, in a LIST made now, proves that slot end held a record once,
+// so the end is a hole. A walk whose own starting record is written again
+// while it runs — a late PUT, a newer snapshot, a sealed epoch and GC, all
+// within one walk — is not guarded.
+func (s *store) stillValid(ctx context.Context, a anchor, end TxID) error {
 	if a.key != "" {
 		ok, err := s.head(ctx, a.key)
 		if err == nil && !ok {
 			err = errGCRace
 		}
-		return err
+		if err != nil || a.file == nil || a.file.Kind != KindSnapshot {
+			return err
+		}
 	}
 	l, err := s.listLog(ctx)
-	if err == nil && len(l.snaps) > 0 {
-		err = errGCRace
+	if err != nil {
+		return err
 	}
-	return err
+	for _, sn := range l.snaps {
+		if a.key == "" || sn.txid >= end {
+			return errGCRace
+		}
+	}
+	return nil
 }
 
 // findAnchor picks the newest known point of the chain in epochs ≤

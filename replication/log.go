@@ -256,13 +256,13 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 	s, E := l.s, l.epoch
 	c := a.at
 	checked := false // stillValid was asked since the walk met its first gap
-	gap := func() error {
+	gap := func(end TxID) error {
 		if checked {
 			return nil
 		}
 		checked = true
 		// Make sure the gap is not a file GC deleted under this walk.
-		return s.stillValid(ctx, a)
+		return s.stillValid(ctx, a, end)
 	}
 	for {
 		if c.epoch >= E {
@@ -284,7 +284,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 			}
 			if f == nil {
 				// The end of the chain, below E: fill it.
-				if err := gap(); err != nil {
+				if err := gap(c.txid); err != nil {
 					return Head{}, err
 				}
 				kind := KindTombstone
@@ -311,7 +311,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 			if y >= E || brokenNoSeal || variant == variantNoTombstones {
 				break
 			}
-			if err := gap(); err != nil {
+			if err := gap(c.txid); err != nil {
 				return Head{}, err
 			}
 			at := cursor{epoch: y, txid: c.txid, pos: c.pos}

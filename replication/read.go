@@ -108,7 +108,7 @@ func (s *store) readFrom(ctx context.Context, a anchor, ann *announced, after Po
 		if c.txid <= a.covered {
 			return nil, Head{}, bucket.Errorf(bucket.CodeBadRequest, "read %s after %d: %w: slot e%d/%d is gone, below a snapshot at txid %d", s.cell, after, ErrCompacted, c.epoch, uint64(c.txid), uint64(a.covered))
 		}
-		if err := s.stillValid(ctx, a); err != nil {
+		if err := s.stillValid(ctx, a, c.txid); err != nil {
 			return nil, Head{}, err
 		}
 	}
@@ -270,7 +270,7 @@ func (s *store) restore(ctx context.Context, maxEpoch uint64, until Pos, onSnaps
 		return Head{}, err
 	}
 	if end {
-		if err := s.stillValid(ctx, a); err != nil {
+		if err := s.stillValid(ctx, a, c.txid); err != nil {
 			if errors.Is(err, errGCRace) {
 				return Head{}, bucket.Errorf(bucket.CodeUnavailable, "%w; restore again", err)
 			}
