@@ -34,14 +34,24 @@ func TestStrayKeysAreIgnored(t *testing.T) {
 	la := claim(t, m, "a", false)
 	logA := open(t, m, la)
 	appendN(t, g, logA, la, "a", 2)
-	// A well-framed records file claiming txid 10, at an upper-case key.
-	body, err := replication.Encode(&replication.File{Kind: replication.KindRecords, Epoch: 1, TxID: 10, Token: la.Token(), Pos: 3, Records: [][]byte{[]byte("stranger")}})
+	// A well-framed records file claiming txid 10 and position 1, at an
+	// upper-case key: taken for txid 10, it would be a start for reads and
+	// for the fencing walk, and a chain end right after it.
+	body, err := replication.Encode(&replication.File{Kind: replication.KindRecords, Epoch: 1, TxID: 10, Token: la.Token(), Pos: 1, Records: [][]byte{[]byte("stranger")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range strays {
 		m.Set(k, body)
 	}
+	// The same above the chain's head: taken for txid 255, it would be
+	// where a new owner's fencing walk starts and seals (at 256).
+	high, err := replication.Encode(&replication.File{Kind: replication.KindRecords, Epoch: 1, TxID: 255, Token: la.Token(), Pos: 1, Records: [][]byte{[]byte("stranger")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const highKey = "cells/c1/ltx/e1/00000000000000FF.ltx"
+	m.Set(highKey, high)
 	appendN(t, g, logA, la, "x", 49)
 	for _, barrier := range []bool{false, true} {
 		recs, err := logA.Read(ctx, 0, 0, barrier)
@@ -69,7 +79,7 @@ func TestStrayKeysAreIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := slices.Sorted(slices.Values(strays))
+	want := slices.Sorted(slices.Values(append([]string{highKey}, strays...)))
 	if !slices.Equal(dry.Strays, want) {
 		t.Fatalf("dry run strays\n%q\nwant\n%q", dry.Strays, want)
 	}
