@@ -103,3 +103,94 @@ func TestLockOnlyClaimsAreNotTombstoned(t *testing.T) {
 		}
 	}
 }
+
+// pointerRace stages a seal whose "sealed by" epoch starts its chain later
+// than the seal's slot. Owner a (epoch 1) writes a0 at slot 1. Owner y
+// (epoch 2) claims, announces, lists, and is slow to read slot 2 of epoch
+// 1. Owner b (epoch 3) claims, lists (y is announced, without records),
+// seals epoch 1 at slot 2 and sends a tombstone for epoch 2 at slot 2 that
+// is slow to arrive. y's read of slot 2 is served: b's seal, so y's chain
+// starts at slot 2 of epoch 2, and y appends y0 there. b's tombstone then
+// meets y0 (412): b follows y's chain, seals it at 3 and starts at 3.
+// b appends b0. It returns what a reader sees.
+func pointerRace(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	m := fakes3.NewMem()
+	g := newLedger()
+	la := claim(t, m, "a", false)
+	logA := open(t, m, la)
+	appendN(t, g, logA, la, "a", 1)
+
+	yc := m.Client("y")
+	ly := claim(t, yc, "y", true)
+	m.Inject(fakes3.Rule{Client: "y", Op: fakes3.OpGet, Key: replication.SlotKey(cell, 1, 2), Latency: time.Second, Times: 1})
+	type opened struct {
+		lg  *replication.Log
+		err error
+	}
+	yDone := make(chan opened, 1)
+	go func() {
+		lg, err := replication.Open(ctx, yc, ly)
+		yDone <- opened{lg, err}
+	}()
+	synctest.Wait() // y waits for slot 2 of epoch 1
+
+	bc := m.Client("b")
+	lb := claim(t, bc, "b", true)
+	m.Inject(fakes3.Rule{Client: "b", Op: fakes3.OpPut, Key: replication.SlotKey(cell, 2, 2), Latency: 2 * time.Second, Times: 1})
+	bDone := make(chan opened, 1)
+	go func() {
+		lg, err := replication.Open(ctx, bc, lb)
+		bDone <- opened{lg, err}
+	}()
+
+	y := <-yDone
+	if y.err != nil {
+		t.Fatalf("y's open: %v", y.err)
+	}
+	t.Cleanup(func() { _ = y.lg.Close(context.Background()) })
+	if h := y.lg.Start(); h.Next != 2 {
+		t.Fatalf("y starts at %+v, want slot 2", h)
+	}
+	if err := g.append(ctx, y.lg, ly, "y0"); err != nil {
+		t.Fatalf("y's append: %v", err)
+	}
+	b := <-bDone
+	if b.err != nil {
+		t.Fatalf("b's open: %v", b.err)
+	}
+	t.Cleanup(func() { _ = b.lg.Close(context.Background()) })
+	if h := b.lg.Start(); h.Next != 3 {
+		t.Fatalf("b starts at %+v, want slot 3 (after y0)", h)
+	}
+	if err := g.append(ctx, b.lg, lb, "b0"); err != nil {
+		t.Fatalf("b's append: %v", err)
+	}
+	recs, err := replication.Read(ctx, m, cell, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data(recs)
+}
+
+// The restore rule scans the announced epochs above a seal: y0 and b0 are
+// read although the seal at e1/2 names epoch 3.
+func TestSealNamingALaterEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		if got := pointerRace(t); !slices.Equal(got, []string{"a0", "y0", "b0"}) {
+			t.Fatalf("read %q", got)
+		}
+	})
+}
+
+// Following the epoch a seal names (the model's --pointer) jumps from
+// e1/2 to e3/2, which is empty: y0 and b0, both acknowledged, are lost.
+func TestPointerRuleLosesRecords(t *testing.T) {
+	defer replication.SetVariant(replication.VariantPointer)()
+	synctest.Test(t, func(t *testing.T) {
+		if got := pointerRace(t); !slices.Equal(got, []string{"a0"}) {
+			t.Fatalf("read %q; following the seal's epoch should lose y0 and b0", got)
+		}
+	})
+}
