@@ -77,9 +77,12 @@ func catchFrom(t *testing.T, set func(bool) func(), from uint64, retries int, wa
 // (a) A new owner starts its chain without sealing or tombstoning its
 // predecessors: the restore rule stops at the predecessor's open end, so
 // the new owner's acknowledged records are lost, and a stale owner can go
-// on writing.
+// on writing into slots the new owner's chain also uses. Depending on the
+// seed it shows as acknowledged records missing, a read ending before an
+// acknowledged record, or two chains whose positions disagree (a damaged
+// chain, DEED-E031).
 func TestBrokenNoSealOnTakeover(t *testing.T) {
-	catch(t, replication.SetBrokenNoSeal, 0, "not in the final log")
+	catch(t, replication.SetBrokenNoSeal, 0, "")
 }
 
 // (b) Conditional writes retried by the client. Neither half alone breaks
@@ -144,13 +147,13 @@ func TestBrokenEarlyAck(t *testing.T) {
 // restarted after the view was taken and claimed the cell under its new
 // incarnation loses it while alive. The schedule needs a restart, a claim
 // by the new incarnation and a claim by a peer within one refresh interval,
-// so few seeds produce it: 24 of seeds 1–20,000 (363, 1144, 2592, 5062,
-// …, 11765, …). The window below starts at one of them; owner's
+// so few seeds produce it: 53 of seeds 1–20,000 (435, 748, 868, …, 6039,
+// 6043, 6171, …, 19853). The window below holds three of them; owner's
 // TestStaleViewOfRestartedOwnerIsReadAgain catches the rule directly.
 // (Which seeds catch it moves whenever the protocol's timing changes: rescan
 // with a loop over simulate when this window stops catching it.)
 func TestBrokenIncarnationBlind(t *testing.T) {
-	catchFrom(t, owner.SetBrokenIncarnationBlind, 11701, 0, "liveness")
+	catchFrom(t, owner.SetBrokenIncarnationBlind, 6001, 0, "liveness")
 }
 
 // (f) GC deletes seals and tombstones. They are what keeps a paused or
