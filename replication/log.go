@@ -885,7 +885,11 @@ func (l *Log) barrier(ctx context.Context) error {
 }
 
 // indexAnchor starts a read from a file this log wrote, when the position
-// is in its range, sparing the listing.
+// is in its range, sparing the listing. Every slot below the log's head is
+// durable, so a walk from it that ends below the head met a file GC
+// deleted (anchor.covered): its starting file can be back although the
+// files above it are gone, written again by a PUT of this log that was
+// still travelling when GC deleted it.
 func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) {
 	want := after + 1
 	l.mu.Lock()
@@ -894,6 +898,7 @@ func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) 
 	if i >= 0 {
 		e = l.index[i]
 	}
+	head := l.next
 	l.mu.Unlock()
 	if i < 0 {
 		return anchor{}, false, nil
@@ -903,5 +908,5 @@ func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) 
 	if err != nil || f == nil || f.Kind != KindRecords {
 		return anchor{}, false, err
 	}
-	return anchor{at: cursor{epoch: l.epoch, txid: e.txid + 1, pos: f.NextPos(), data: true}, key: key, file: f}, true, nil
+	return anchor{at: cursor{epoch: l.epoch, txid: e.txid + 1, pos: f.NextPos(), data: true}, key: key, file: f, covered: head - 1}, true, nil
 }
