@@ -371,19 +371,48 @@ func Inspect(ctx context.Context, b bucket.Bucket, cell string) (rec Record, exi
 	return rec, err == nil, err
 }
 
-// newestDataEpoch lists cells/<cell>/ltx/ for e<N>/ directories.
+// newestDataEpoch is the newest epoch the cell's log names: of a file in
+// the canonical form deed writes (e<epoch>/<txid:016x>.ltx or .snapshot,
+// the epoch in decimal without leading zeros) or of an announcement marker
+// (announce/<epoch:020d>). Stray keys (other names, padding or case) are
+// ignored: a forced claim must not jump to an epoch a stranger made up.
 func newestDataEpoch(ctx context.Context, b bucket.Bucket, cell string) (uint64, error) {
 	prefix := CellPrefix(cell) + "ltx/"
-	page, err := bucket.ListAll(ctx, b, bucket.ListInput{Prefix: prefix, Delimiter: "/"})
+	page, err := bucket.ListAll(ctx, b, bucket.ListInput{Prefix: prefix})
 	if err != nil {
 		return 0, fmt.Errorf("list epochs of %s: %w", cell, err)
 	}
 	var newest uint64
-	for _, p := range page.Prefixes {
-		s := strings.TrimSuffix(strings.TrimPrefix(p, prefix+"e"), "/")
-		if e, err := strconv.ParseUint(s, 10, 64); err == nil && e > newest {
+	for _, o := range page.Objects {
+		if e, ok := logKeyEpoch(strings.TrimPrefix(o.Key, prefix)); ok && e > newest {
 			newest = e
 		}
 	}
 	return newest, nil
+}
+
+// logKeyEpoch is the epoch of a log key relative to the ltx/ prefix, in the
+// canonical forms only.
+func logKeyEpoch(rest string) (uint64, bool) {
+	if name, ok := strings.CutPrefix(rest, "announce/"); ok {
+		e, err := strconv.ParseUint(name, 10, 64)
+		return e, err == nil && e > 0 && fmt.Sprintf("%020d", e) == name
+	}
+	dir, name, ok := strings.Cut(strings.TrimPrefix(rest, "e"), "/")
+	if !ok || !strings.HasPrefix(rest, "e") {
+		return 0, false
+	}
+	e, err := strconv.ParseUint(dir, 10, 64)
+	if err != nil || e == 0 || strconv.FormatUint(e, 10) != dir {
+		return 0, false
+	}
+	hex, ok := strings.CutSuffix(name, ".ltx")
+	if !ok {
+		hex, ok = strings.CutSuffix(name, ".snapshot")
+	}
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	t, err := strconv.ParseUint(hex, 16, 64)
+	return e, err == nil && t > 0 && fmt.Sprintf("%016x", t) == hex
 }

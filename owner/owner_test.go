@@ -493,3 +493,28 @@ func closeNode(n *owner.Node) {
 	defer cancel()
 	n.Close(ctx)
 }
+
+// A forced claim of a corrupt record goes above the newest epoch the log
+// names in deed's own key forms, announcements included; stray keys (an
+// odd name in a huge epoch, upper-case hex, zero padding) count for
+// nothing, so a stranger cannot push the cell to an epoch of its choosing.
+func TestForcedClaimIgnoresStrayLogKeys(t *testing.T) {
+	m := fakes3.NewMem()
+	m.Set(owner.CellKey("c"), []byte("not json"))
+	m.Set("cells/c/ltx/e6/0000000000000001.ltx", []byte("x"))
+	m.Set("cells/c/ltx/announce/00000000000000000008", []byte("x"))
+	for _, k := range []string{
+		"cells/c/ltx/e5000000000/junk",
+		"cells/c/ltx/e900/000000000000000A.ltx",
+		"cells/c/ltx/e0900/0000000000000001.ltx",
+		"cells/c/ltx/announce/900",
+		"cells/c/ltx/e901/0000000000000000.ltx",
+	} {
+		m.Set(k, []byte("x"))
+	}
+	a := newNode(t, m, "a")
+	l, err := a.Claim(t.Context(), "c", owner.ClaimOptions{Force: true})
+	if err != nil || l.Epoch() != 9 {
+		t.Fatalf("forced claim: %v, epoch %d (want 9: above the announced epoch 8)", err, l.Epoch())
+	}
+}

@@ -3,6 +3,8 @@ package replication
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 
 	"github.com/deedkit/deed/bucket"
 )
@@ -29,7 +31,53 @@ var (
 	// brokenEarlyAck: appends are acknowledged when their PUT is sent,
 	// before it returns.
 	brokenEarlyAck bool
+
+	// The broken variants of bounded fencing (each one a counterexample of
+	// the model): a new owner that does not re-read the ownership record
+	// after announcing (brokenNoRecheck) or re-reads it before announcing
+	// (brokenRecheckFirst), so an owner whose marker comes after a newer
+	// owner's LIST still writes; a writer that tombstones the announced
+	// epochs of a LIST from before its claim (brokenListBeforeClaim); a
+	// reader that scans the announced epochs of a LIST made before its
+	// read began (brokenReaderStaleList) or ends the chain at the first
+	// missing slot of an announced epoch above a seal
+	// (brokenReaderStopsAtMissing).
+	brokenNoRecheck            bool
+	brokenRecheckFirst         bool
+	brokenListBeforeClaim      bool
+	brokenReaderStaleList      bool
+	brokenReaderStopsAtMissing bool
 )
+
+// staleLists holds, per cell, the announced epochs of the previous LIST a
+// broken variant made, standing in for a LIST made earlier than it may be.
+var (
+	staleMu    sync.Mutex
+	staleLists = map[string][]uint64{}
+)
+
+// staleAnnounced returns the announced epochs of the previous LIST of cell
+// (made by any store of this process), restricted to epochs below limit, in
+// place of fresh, and keeps fresh for the next call
+// (brokenListBeforeClaim, brokenReaderStaleList). The first call gets
+// fresh.
+func staleAnnounced(cell string, limit uint64, fresh []uint64) []uint64 {
+	staleMu.Lock()
+	defer staleMu.Unlock()
+	old, ok := staleLists[cell]
+	if !ok {
+		staleLists[cell] = slices.Clone(fresh)
+		return fresh
+	}
+	var out []uint64
+	for _, e := range old {
+		if e < limit {
+			out = append(out, e)
+		}
+	}
+	staleLists[cell] = slices.Clone(fresh)
+	return out
+}
 
 // trustTypedError is the write path of brokenNoReadBack: it takes err, the
 // typed error of the PUT, at its word.

@@ -22,3 +22,32 @@ func set(v *bool, on bool) func() {
 	*v = on
 	return func() { *v = old }
 }
+
+// SetBrokenNoRecheck makes a new owner skip re-reading the ownership record
+// after its announcement.
+func SetBrokenNoRecheck(on bool) (restore func()) { return set(&brokenNoRecheck, on) }
+
+// SetBrokenRecheckFirst makes a new owner re-read the ownership record
+// before it announces instead of after.
+func SetBrokenRecheckFirst(on bool) (restore func()) { return set(&brokenRecheckFirst, on) }
+
+// SetBrokenListBeforeClaim makes a new owner tombstone the announced epochs
+// of a LIST made before its claim.
+func SetBrokenListBeforeClaim(on bool) (restore func()) { return set(&brokenListBeforeClaim, on) }
+
+// SetBrokenReaderStaleList makes readers scan the announced epochs of a
+// LIST made before their read began.
+func SetBrokenReaderStaleList(on bool) (restore func()) { return set(&brokenReaderStaleList, on) }
+
+// SetBrokenReaderStopsAtMissing makes readers end the chain at the first
+// missing slot of an announced epoch above a seal.
+func SetBrokenReaderStopsAtMissing(on bool) (restore func()) {
+	return set(&brokenReaderStopsAtMissing, on)
+}
+
+// ForgetStaleLists drops the listings the stale-LIST variants keep.
+func ForgetStaleLists() {
+	staleMu.Lock()
+	clear(staleLists)
+	staleMu.Unlock()
+}

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,36 +22,36 @@ type cursor struct {
 	data bool
 }
 
-// origin is where a chain without a snapshot starts: the first slot of the
-// first epoch. Epochs are consecutive from 1, and every epoch below the
-// first one with data holds a tombstone (or a seal) at slot 1.
-var origin = cursor{epoch: 1, txid: 1, pos: 1}
+// origin is where a chain without a snapshot starts: a virtual seal at
+// slot 1 of epoch 0, so the chain continues at slot 1 of the first
+// announced epoch that holds a record there.
+var origin = cursor{epoch: 0, txid: 1, pos: 1}
 
 // step is the restore rule for one slot, as a pure function: given the
 // file found at c (nil: missing), where does the chain go?
 //
 //   - a record continues at the next slot of the same epoch;
-//   - a seal or tombstone continues at the same slot of the next epoch
-//     (X+1, X+2, … are looked at in turn, skipping seals and tombstones);
-//   - a missing slot ends the chain.
+//   - a seal or tombstone (or the virtual seal of origin) means: scan
+//     slot c.txid of the announced epochs above c.epoch (see successor);
+//   - a missing slot after a record ends the chain.
 //
 // The epoch named inside a seal is never followed: two claimers can race on
 // one tombstone, so the epoch it names may start later than this slot.
-func step(c cursor, f *File) (next cursor, end bool) {
+func step(c cursor, f *File) (next cursor, scan, end bool) {
 	switch {
 	case f == nil:
-		return c, true
+		return c, false, true
 	case f.Kind == KindRecords:
-		return cursor{epoch: c.epoch, txid: c.txid + 1, pos: f.NextPos(), data: true}, false
+		return cursor{epoch: c.epoch, txid: c.txid + 1, pos: f.NextPos(), data: true}, false, false
 	default: // seal or tombstone
-		return cursor{epoch: c.epoch + 1, txid: c.txid, pos: c.pos}, false
+		return c, true, false
 	}
 }
 
 // variant selects a deliberately broken rule. It exists only so that the
 // simulation test can prove it catches the two variants the model rejects
-// (DESIGN.md, "The data-path rule, model-checked"); it is always
-// variantSound outside that test.
+// (following the epoch a seal names, and fencing without tombstones); it is
+// always variantSound outside that test.
 var variant = variantSound
 
 const (
@@ -68,35 +69,120 @@ func checkPos(key string, f *File, c cursor) error {
 	return nil
 }
 
+// announced is the set of announced epochs a walk scans at a seal: every
+// epoch with an announcement marker, and (for buckets written before
+// announcements existed) every epoch whose prefix holds any file deed
+// writes. Stray keys count for nothing. A walk takes it from a LIST made
+// during the walk, never from one made before it began: an epoch that
+// announced since would be missing.
+type announced struct {
+	epochs []uint64 // ascending, no duplicates
+}
+
+// above returns the epochs of a greater than x, in order.
+func (a *announced) above(x uint64) []uint64 {
+	i := sort.Search(len(a.epochs), func(i int) bool { return a.epochs[i] > x })
+	return a.epochs[i:]
+}
+
+// listAnnounced lists the log for its announced epochs.
+func (s *store) listAnnounced(ctx context.Context) (*announced, error) {
+	l, err := s.listLog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &announced{epochs: l.announced}, nil
+}
+
+// successor is the restore rule at a seal or tombstone in epoch c.epoch at
+// slot c.txid: the chain continues at slot c.txid of the first announced
+// epoch above c.epoch that holds a record there. Seals, tombstones and
+// missing slots are skipped alike: an epoch can announce, lose its
+// re-check of the ownership record and never write. The chain ends here
+// (found is false) only if no announced epoch above holds a record. ann
+// nil is listed now.
+func (s *store) successor(ctx context.Context, c cursor, ann **announced) (epoch uint64, f *File, found bool, err error) {
+	if *ann == nil {
+		if *ann, err = s.listAnnounced(ctx); err != nil {
+			return 0, nil, false, err
+		}
+	}
+	for _, y := range (*ann).above(c.epoch) {
+		key := SlotKey(s.cell, y, c.txid)
+		g, _, err := s.read(ctx, key)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if g != nil && g.Kind == KindRecords {
+			if err := checkPos(key, g, c); err != nil {
+				return 0, nil, false, err
+			}
+			return y, g, true, nil
+		}
+		if g == nil && brokenReaderStopsAtMissing {
+			break
+		}
+	}
+	return 0, nil, false, nil
+}
+
 // walk reads the chain from c in slot order, calling visit for every record
-// file, until a missing slot or visit returns false. It returns the cursor
-// where it stopped and whether that is the end of the chain. It needs no
-// LIST: every step is one GET of a known key, and within an epoch the next
-// keys are read ahead, several at once (see readAhead).
-func (s *store) walk(ctx context.Context, c cursor, visit func(key string, f *File) (bool, error)) (cursor, bool, error) {
+// file, until the chain ends or visit returns false. It returns the cursor
+// where it stopped and whether that is the end of the chain. Within an
+// epoch it needs no LIST: every step is one GET of a known key, and the
+// next keys are read ahead, several at once (see readAhead). At a seal it
+// scans the announced epochs of ann (nil: listed at the first seal).
+func (s *store) walk(ctx context.Context, c cursor, ann *announced, visit func(key string, f *File) (bool, error)) (cursor, bool, error) {
 	ra := s.readAhead(ctx)
 	defer ra.close()
 	for {
+		var f *File
 		key := SlotKey(s.cell, c.epoch, c.txid)
-		f, err := ra.read(c)
+		if c.epoch != 0 {
+			var err error
+			if f, err = ra.read(c); err != nil {
+				return c, false, err
+			}
+			if f != nil {
+				if err := checkPos(key, f, c); err != nil {
+					return c, false, err
+				}
+			}
+		}
+		scan := c.epoch == 0
+		if !scan {
+			var end bool
+			var next cursor
+			next, scan, end = step(c, f)
+			if end {
+				return c, true, nil
+			}
+			if !scan {
+				c = next
+				if visit != nil {
+					more, err := visit(key, f)
+					if err != nil || !more {
+						return c, false, err
+					}
+				}
+				continue
+			}
+		}
+		if variant == variantPointer && f != nil && f.By > c.epoch {
+			c.epoch = f.By // the broken rule: follow the seal's epoch
+			continue
+		}
+		y, g, found, err := s.successor(ctx, c, &ann)
 		if err != nil {
 			return c, false, err
 		}
-		if f != nil {
-			if err := checkPos(key, f, c); err != nil {
-				return c, false, err
-			}
-		}
-		next, end := step(c, f)
-		if end {
+		if !found {
 			return c, true, nil
 		}
-		if variant == variantPointer && f.Kind.fences() && f.By > c.epoch {
-			next.epoch = f.By // the broken rule: follow the seal's epoch
-		}
-		c = next
-		if f.Kind == KindRecords && visit != nil {
-			more, err := visit(key, f)
+		key = SlotKey(s.cell, y, c.txid)
+		c = cursor{epoch: y, txid: c.txid + 1, pos: g.NextPos(), data: true}
+		if visit != nil {
+			more, err := visit(key, g)
 			if err != nil || !more {
 				return c, false, err
 			}
@@ -112,25 +198,45 @@ type listed struct {
 	etag string
 }
 
-// listing is a LIST of a cell's log: a hint for where to start reading.
-// Nothing is concluded from what a listing lacks; everything taken from it
-// is verified by reading the file.
+// listing is a LIST of a cell's log: a hint for where to start reading, and
+// the announced epochs. Nothing is concluded from what a listing lacks
+// about files; everything taken from it is verified by reading the file.
 type listing struct {
 	files []listed // .ltx files, by (txid, epoch)
 	snaps []listed // .snapshot files, by (txid, epoch)
+	// announced is every epoch with an announcement marker or any file,
+	// ascending. Markers themselves are not files: no walk reads them and
+	// GC never deletes them.
+	announced []uint64
+	// strays are the keys under the log prefix deed did not write (other
+	// names, epochs or padding): ignored by every walk, kept by GC, and
+	// reported by a GC dry run.
+	strays []string
 }
 
 func (s *store) listLog(ctx context.Context) (listing, error) {
-	page, err := s.list(ctx, bucket.ListInput{Prefix: LogPrefix(s.cell)})
+	prefix := LogPrefix(s.cell)
+	page, err := s.list(ctx, bucket.ListInput{Prefix: prefix})
 	if err != nil {
 		return listing{}, err
 	}
 	var l listing
+	epochs := map[uint64]bool{}
 	for _, o := range page.Objects {
-		k, ok := parseKey(o.Key)
-		if !ok || !strings.HasPrefix(o.Key, LogPrefix(s.cell)) {
+		rest, ok := strings.CutPrefix(o.Key, prefix)
+		if !ok {
 			continue
 		}
+		if e, ok := parseAnnounce(rest); ok {
+			epochs[e] = true
+			continue
+		}
+		k, ok := parseLogName(rest)
+		if !ok {
+			l.strays = append(l.strays, o.Key)
+			continue
+		}
+		epochs[k.epoch] = true
 		f := listed{fileKey: k, key: o.Key, size: o.Size, etag: o.ETag}
 		if k.snapshot {
 			l.snaps = append(l.snaps, f)
@@ -138,6 +244,10 @@ func (s *store) listLog(ctx context.Context) (listing, error) {
 			l.files = append(l.files, f)
 		}
 	}
+	for e := range epochs {
+		l.announced = append(l.announced, e)
+	}
+	slices.Sort(l.announced)
 	less := func(a, b listed) bool {
 		if a.txid != b.txid {
 			return a.txid < b.txid
@@ -162,9 +272,9 @@ func (l listing) newestSnapshot(maxEpoch uint64) (listed, bool) {
 
 // tops returns, per txid, the listed .ltx file of the highest epoch ≤
 // maxEpoch, in txid order. Only that file can hold a record: a record at
-// (R, t) is written after every lower epoch was fenced at t or earlier, and
-// no claimer puts a seal or tombstone above R at t without first reading
-// R's record there and moving on.
+// (R, t) is written after every lower epoch that could write t was fenced
+// there, and no claimer puts a seal or tombstone above R at t without
+// first reading R's record there and moving on.
 func (l listing) tops(maxEpoch uint64) []listed {
 	var out []listed
 	for _, f := range l.files {
@@ -213,34 +323,44 @@ var errGCRace = errors.New("the log was garbage-collected under the walk")
 // And a deleted file must stay deleted: a PUT still travelling after its
 // writer gave up on it (the writer retried, and the retry landed) can land
 // after GC deleted the file and write it again. Reads guard against that
-// below any snapshot their listing showed (anchor.covered); a walk whose
-// own starting file is written again while it runs — a late PUT, a newer
-// snapshot, a sealed epoch and GC, all within one walk — is not guarded.
-func (s *store) stillValid(ctx context.Context, a anchor) error {
+// below any snapshot their listing showed (anchor.covered). A snapshot
+// anchor is checked further (end is the slot the walk ended at): the same
+// snapshot can be written again once GC deleted it (an owner snapshotting
+// the same state twice sends one create-only PUT, which succeeds again once
+// the key is free), so its presence proves little; but a snapshot with a
+// txid ≥ end, in a LIST made now, proves that slot end held a record once,
+// so the end is a hole. A walk whose own starting record is written again
+// while it runs — a late PUT, a newer snapshot, a sealed epoch and GC, all
+// within one walk — is not guarded.
+func (s *store) stillValid(ctx context.Context, a anchor, end TxID) error {
 	if a.key != "" {
 		ok, err := s.head(ctx, a.key)
 		if err == nil && !ok {
 			err = errGCRace
 		}
-		return err
+		if err != nil || a.file == nil || a.file.Kind != KindSnapshot {
+			return err
+		}
 	}
 	l, err := s.listLog(ctx)
-	if err == nil && len(l.snaps) > 0 {
-		err = errGCRace
+	if err != nil {
+		return err
 	}
-	return err
+	for _, sn := range l.snaps {
+		if a.key == "" || sn.txid >= end {
+			return errGCRace
+		}
+	}
+	return nil
 }
 
 // findAnchor picks the newest known point of the chain in epochs ≤
 // maxEpoch: the newest record file (found from a listing, verified by
-// reading it), else the newest snapshot, else the origin. Any record is a
+// reading it), else the newest snapshot, else the origin, as listing l
+// shows it. Any record is a
 // valid start — every record ever written is on the chain — so a stale
 // listing costs reads, never correctness.
-func (s *store) findAnchor(ctx context.Context, maxEpoch uint64) (anchor, error) {
-	l, err := s.listLog(ctx)
-	if err != nil {
-		return anchor{}, err
-	}
+func (s *store) findAnchor(ctx context.Context, l listing, maxEpoch uint64) (anchor, error) {
 	snap, hasSnap := l.newestSnapshot(maxEpoch)
 	tops := l.tops(maxEpoch)
 	for i, tries := len(tops)-1, 0; i >= 0 && tries < 8; i, tries = i-1, tries+1 {

@@ -11,6 +11,7 @@
 //
 //	cells/<cell>/ltx/e<epoch>/<txid:016x>.ltx       a transaction file (slot)
 //	cells/<cell>/ltx/e<epoch>/<txid:016x>.snapshot  a snapshot
+//	cells/<cell>/ltx/announce/<epoch:020d>          epoch's announcement
 //
 // A txid is a slot number, global to the cell and never reused: epoch E+1
 // continues where epoch E's chain ended. Every slot is written create-only
@@ -62,41 +63,64 @@
 //
 // # Sealing predecessors
 //
-// Before its first write, a new owner E fences every older epoch. It finds
-// D, the newest epoch below E with data, walks D's chain to its end slot T
-// (its first missing txid), creates a seal at e<D>/<T>, and creates a
-// tombstone at e<X>/<T> for every epoch D < X < E. Its own chain starts at
-// T. On a 412 at any of these slots it reads what is there: a record means
-// that epoch has data (it becomes the new D: walk it to its end, seal it,
-// tombstone the epochs above at the new T); a seal or tombstone by someone
-// else is accepted as the end. The walk is the restore rule below, filling
-// each missing slot it stops at below E; a LIST only picks where it starts
-// (the newest record file, or the newest snapshot), and any record is a
-// valid start, because every record ever written lies on the chain.
+// Before its first write, a new owner E fences every older epoch that could
+// still write, at a cost independent of how many epochs lie between (each
+// lock-only claim, such as deed exec, bumps one and writes nothing here):
+//
+//  1. it announces E by creating cells/<cell>/ltx/announce/<E:020d>
+//     (create-only; an ambiguous PUT is resolved before it goes on);
+//  2. it reads own.json again: an epoch above E means E is fenced, and it
+//     writes nothing;
+//  3. it LISTs ltx/: the announced epochs (those with a marker, and, for
+//     buckets written before markers, those holding any file) and where
+//     the newest records are;
+//  4. it finds D, the newest epoch below E with data, walks D's chain to
+//     its end slot T (its first missing txid), creates a seal at e<D>/<T>,
+//     and a tombstone at e<X>/<T> for every announced epoch of that LIST
+//     with D < X < E. On a 412 at any of these slots it reads what is
+//     there: a record means that epoch has data (it becomes the new D: walk
+//     it to its end, seal it, tombstone the announced epochs above at the
+//     new T); a seal or tombstone by someone else is accepted as the end;
+//  5. its own chain starts at T.
+//
+// An epoch that never announces never writes. One that announces after
+// E's LIST announced after E's claim, so its re-check (step 2) sees E and
+// it never writes either. So every epoch that can still write at T is in
+// E's LIST, and gets a tombstone there or shows its record.
 //
 // A stale owner's next write lands on that seal or tombstone and fails.
 // Nothing it wrote after the seal is reachable; nothing it wrote before is
 // lost. Close seals the log's own end, so that after the release the next
 // claimer finds the seal and writes nothing to fence.
 //
+// Only keys in the canonical form are read (the epoch in decimal without
+// leading zeros, the txid in 16 lower-case hex digits, both ≥ 1; markers
+// with 20 digits): anything else under ltx/ is a stranger that every walk
+// ignores, GC keeps, and a GC dry run reports.
+//
 // # Restore rule
 //
-// Reading needs no LIST for correctness: start at the newest snapshot's
-// next slot (or slot 1 of epoch 1) and read slots in order.
+// Start at the newest snapshot's next slot (or at a virtual seal at slot 1
+// of epoch 0) and read slots in order.
 //
 //   - A record continues at the next slot of the same epoch.
 //   - A seal or tombstone in epoch X at slot T continues at slot T of the
-//     next epoch above X that holds a record there: X+1, X+2, … are read
-//     in turn, skipping seals and tombstones.
-//   - A missing slot ends the chain.
+//     first announced epoch above X that holds a record there, skipping
+//     seals, tombstones and missing slots alike (an epoch may announce,
+//     lose its re-check and never write). The announced epochs come from a
+//     LIST made during the read, never from one made before it began.
+//   - A missing slot after a record ends the chain, and so does a seal with
+//     no announced epoch above it holding a record at its slot.
 //
 // The epoch named in a seal is never followed: two claimers can race on one
 // tombstone, so the epoch it names may start later than T. The rule is
 // sound because each owner's records occupy one slot range, the ranges are
 // disjoint and increase with the epoch, and an owner writes slot T only
 // after every lower epoch that could write T holds a seal, a tombstone or a
-// record there. The simulation test checks that the two broken variants
-// (follow the seal's epoch; no tombstones) lose acknowledged records.
+// record there. The tests check that the broken variants (follow the
+// seal's epoch; no tombstones; no re-check; re-check first; a LIST from
+// before the claim or the read; stop at the first missing slot) lose
+// acknowledged records.
 //
 // Log.Read with barrier is linearizable: one HEAD of the owner's next slot
 // still missing proves no successor has fenced it, hence none has written.
@@ -106,8 +130,8 @@
 // Log.Snapshot writes application state covering every txid ≤ upTo.
 // Restore reads the newest snapshot and only the files after it. GC deletes
 // what the newest snapshot makes redundant — older snapshots, and record
-// files at or below its txid in sealed epochs — and never a seal or a
-// tombstone: they keep a paused owner fenced forever. A walk that meets a
+// files at or below its txid in sealed epochs — and never a seal, a
+// tombstone or an announcement: they keep a paused owner fenced forever. A walk that meets a
 // hole GC made (it deletes older snapshots first, then records in txid
 // order) finds its own starting file gone too, and starts again rather than
 // seal the hole. Positions GC deleted are reported as ErrCompacted.

@@ -1,5 +1,12 @@
 package replication
 
+import (
+	"context"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
 // Variants of the data-path rule for the simulation test.
 const (
 	VariantSound        = variantSound
@@ -12,4 +19,11 @@ func SetVariant(v int) (restore func()) {
 	old := variant
 	variant = v
 	return func() { variant = old }
+}
+
+// Announce does only the first step of Open for lease: it creates the
+// epoch's announcement marker, as an owner that then crashes would.
+func Announce(ctx context.Context, b bucket.Bucket, lease *owner.Lease) error {
+	l := &Log{s: newStore(b, lease.Cell(), nil), lease: lease, epoch: lease.Epoch()}
+	return l.announce(ctx)
 }

@@ -2,6 +2,7 @@ package replication_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -136,4 +138,98 @@ func TestFencingWalkRestartsWhenGCDeletesUnderIt(t *testing.T) {
 			t.Fatalf("restore: state %q, records %q; want state@6, [b0]", state, got)
 		}
 	})
+}
+
+// A restore from a snapshot that a stale owner writes again after GC
+// deleted it. A (epoch 1) writes txids 1–4 and snapshots at 3. A restore
+// lists (the snapshot at 3 is the newest), reads it, and asks for slot 4 —
+// a request that takes a second. Meanwhile A snapshots at 4, B takes over
+// (sealing epoch 1 at 5), GC deletes the snapshot at 3 and slots 1–4, and A,
+// which has not learnt it lost the cell, snapshots at 3 again: the same
+// bytes, one create-only PUT, which succeeds now that the key is free. The
+// restore's read of slot 4 is served: missing. Its anchor is there again,
+// so only a LIST tells the hole from the end: a snapshot at 4 exists, so
+// slot 4 held a record. The restore must fail and be retried, never return
+// the log cut short.
+func TestRestoreFromSnapshotWrittenAgainAfterGC(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		m := fakes3.NewMem()
+		a := m.Client("a")
+		la := claim(t, a, "a", false)
+		logA := open(t, a, la)
+		g := newLedger()
+		appendN(t, g, logA, la, "a", 4) // txids 1..4
+		if _, err := logA.Snapshot(ctx, la, 3, []byte("s3")); err != nil {
+			t.Fatal(err)
+		}
+		m.Inject(fakes3.Rule{Client: "r", Op: fakes3.OpGet, Key: replication.SlotKey(cell, 1, 4), Latency: time.Second, Times: 1})
+		type result struct {
+			recs []string
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var got []string
+			_, err := replication.Restore(ctx, m.Client("r"), cell, nil, func(r replication.Record) error {
+				got = append(got, string(r.Data))
+				return nil
+			})
+			done <- result{got, err}
+		}()
+		synctest.Wait() // the restore waits for slot 4
+
+		if _, err := logA.Snapshot(ctx, la, 4, []byte("s4")); err != nil {
+			t.Fatal(err)
+		}
+		lb := claim(t, m, "b", true)
+		open(t, m, lb) // seals e1/5
+		rep, err := replication.GC(ctx, m, cell, replication.GCOptions{})
+		if err != nil || !slices.Contains(rep.Deleted, replication.SnapshotKey(cell, 1, 3)) || !slices.Contains(rep.Deleted, replication.SlotKey(cell, 1, 4)) {
+			t.Fatalf("gc: %+v %v", rep, err)
+		}
+		if _, err := logA.Snapshot(ctx, la, 3, []byte("s3")); err != nil {
+			t.Fatalf("the stale owner's snapshot again: %v", err)
+		}
+		r := <-done
+		if r.err == nil {
+			t.Fatalf("restore returned %q from the snapshot at 3: the log cut short (a3 is at slot 4)", r.recs)
+		}
+		mustCode(t, r.err, bucket.CodeUnavailable)
+	})
+}
+
+// A stale owner's read from its own index, after GC deleted its files and a
+// PUT of it that was still travelling wrote the first one again: the walk
+// from that file meets the hole above it. Every slot below the log's head
+// was durable, so the read reports the positions compacted; it never
+// returns the log cut short.
+func TestLogReadFromResurrectedIndexFile(t *testing.T) {
+	ctx := context.Background()
+	m := fakes3.NewMem()
+	la := claim(t, m, "a", false)
+	logA := open(t, m, la)
+	g := newLedger()
+	appendN(t, g, logA, la, "a", 3) // txids 1..3
+	first := replication.SlotKey(cell, 1, 1)
+	body, _ := m.Bytes(first)
+
+	lb := claim(t, m, "b", true)
+	logB := open(t, m, lb) // seals e1/4
+	if _, err := logB.Snapshot(ctx, lb, 3, []byte("s3")); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := replication.GC(ctx, m, cell, replication.GCOptions{})
+	if err != nil || !slices.Contains(rep.Deleted, first) {
+		t.Fatalf("gc: %+v %v", rep, err)
+	}
+	m.Set(first, body) // the late PUT lands
+
+	recs, err := logA.Read(ctx, 0, 0, false)
+	if err == nil {
+		t.Fatalf("read %q: the log cut short", data(recs))
+	}
+	if !errors.Is(err, replication.ErrCompacted) {
+		t.Fatalf("read: %v, want ErrCompacted", err)
+	}
 }

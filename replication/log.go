@@ -94,12 +94,26 @@ var (
 )
 
 // Open starts the log of lease's epoch E. Before anything is written it
-// fences every predecessor (DESIGN.md, "The data path"): it walks the chain
-// with the restore rule to its end, puts a seal at the end slot T of the
-// newest epoch with data and a tombstone at T of every epoch between it and
-// E, and starts E's chain at T. A 412 at any of those slots is answered by
-// reading it: a record means that epoch has data, so the walk follows it
-// to its new end; a seal or tombstone someone else wrote is accepted.
+// fences every predecessor that could still write, at a cost that does not
+// grow with the number of epochs since the last one with data:
+//
+//  1. it announces E: it creates E's announcement marker (create-only);
+//  2. it reads the ownership record again: an epoch above E there means E
+//     is fenced already, and Open ends the lease as superseded (DEED-E021)
+//     before it writes anything;
+//  3. it LISTs the log (after 1 and 2, never a listing from before): the
+//     announced epochs, and where the newest records are;
+//  4. it walks the chain with the restore rule to its end, puts a seal at
+//     the end slot T of the newest epoch with data and a tombstone at T of
+//     every epoch of that LIST's announced epochs between it and E, and
+//     starts E's chain at T. A 412 at any of those slots is answered by
+//     reading it: a record means that epoch has data, so the walk follows
+//     it to its new end; a seal or tombstone someone else wrote is accepted.
+//
+// An epoch that never announced (a lock-only claim, or a claimer that died
+// before step 1) never writes, so it needs nothing. One that announces after
+// E's LIST announced after E's claim, so its own step 2 sees E and it never
+// writes either.
 //
 // If E itself was already fenced by a newer epoch, Open ends the lease as
 // superseded and returns DEED-E021. A zero, released or fenced lease is
@@ -143,16 +157,39 @@ func forget(l *Log) {
 // maxFenceAttempts bounds restarts of the fencing walk after a GC race.
 const maxFenceAttempts = 5
 
-// fence seals the predecessors and returns where E's chain starts.
+// fence announces E, checks that E is still the cell's newest epoch, seals
+// the predecessors and returns where E's chain starts.
 func (l *Log) fence(ctx context.Context) (Head, error) {
+	if brokenRecheckFirst {
+		if err := l.recheck(ctx); err != nil {
+			return Head{}, err
+		}
+	}
+	if err := l.announce(ctx); err != nil {
+		return Head{}, err
+	}
+	if !brokenNoRecheck && !brokenRecheckFirst {
+		if err := l.recheck(ctx); err != nil {
+			return Head{}, err
+		}
+	}
 	var err error
 	for attempt := 0; attempt < maxFenceAttempts; attempt++ {
+		// A new LIST on every attempt: each is sent after the claim and
+		// the re-check, and none is reused from an earlier walk.
+		var ls listing
+		if ls, err = l.s.listLog(ctx); err != nil {
+			return Head{}, err
+		}
+		if brokenListBeforeClaim {
+			ls.announced = staleAnnounced(l.s.cell, l.epoch, ls.announced)
+		}
 		var a anchor
-		if a, err = l.s.findAnchor(ctx, l.epoch); err != nil {
+		if a, err = l.s.findAnchor(ctx, ls, l.epoch); err != nil {
 			return Head{}, err
 		}
 		var h Head
-		h, err = l.fenceFrom(ctx, a)
+		h, err = l.fenceFrom(ctx, a, ls.announced)
 		if !errors.Is(err, errGCRace) {
 			return h, err
 		}
@@ -161,59 +198,168 @@ func (l *Log) fence(ctx context.Context) (Head, error) {
 	return Head{}, bucket.Errorf(bucket.CodeUnavailable, "fence predecessors: %w", err)
 }
 
-// fenceFrom is the sealing walk from anchor a. It is the restore rule with
-// one addition: where a reader would stop at a missing slot below E, the
-// writer fills it — a seal if the epoch has data there, else a tombstone —
-// and goes on as if it had read that marker.
-func (l *Log) fenceFrom(ctx context.Context, a anchor) (Head, error) {
+// announceBody is the content of E's announcement marker. It is the same
+// for every attempt of one lease, so that an Open retried on the same lease
+// finds its own marker; nothing reads it but diagnosis.
+func announceBody(epoch uint64, token string) []byte {
+	return fmt.Appendf(nil, "deed announce epoch=%d token=%s\n", epoch, token)
+}
+
+// announce creates E's announcement marker, create-only. Its outcome is
+// learned for certain before Open goes on (an ambiguous PUT is read back
+// until it is known): a re-check made while the marker is in doubt would
+// prove nothing, since a marker that lands only after a successor's LIST
+// is one that successor does not fence.
+func (l *Log) announce(ctx context.Context) error {
+	key := AnnounceKey(l.s.cell, l.epoch)
+	theirs, _, err := l.s.createRaw(ctx, key, announceBody(l.epoch, l.lease.Token()))
+	if err != nil {
+		return fmt.Errorf("announce: %w", err)
+	}
+	if theirs != nil {
+		return bucket.Errorf(bucket.CodeNotHolder, "announce: %s was written by another writer of epoch %d", key, l.epoch)
+	}
+	return nil
+}
+
+// recheck reads the ownership record after the announcement: an epoch
+// above E there means a newer claim came first, and E must write nothing
+// (the newer owner's LIST may have missed E's marker). The lease ends as
+// superseded.
+func (l *Log) recheck(ctx context.Context) error {
+	var rec owner.Record
+	var exists bool
+	err := l.s.retry(ctx, l.s.cfg.readAttempts, func(ctx context.Context) error {
+		var err error
+		rec, exists, err = owner.Inspect(ctx, l.s.b, l.s.cell)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("re-read the ownership record: %w", err)
+	case !exists:
+		return bucket.Errorf(bucket.CodeCorruptOwner, "re-read the ownership record: %s is missing", owner.CellKey(l.s.cell))
+	case rec.Epoch > l.epoch:
+		l.lease.Supersede(fmt.Errorf("epoch %d claimed before epoch %d's log opened", rec.Epoch, l.epoch))
+		l.s.cfg.logger.Warn("log fenced before it opened", "cell", l.s.cell, "epoch", l.epoch, "by", rec.Epoch)
+		return l.lease.Err()
+	}
+	return nil
+}
+
+// fenceFrom is the sealing walk from anchor a, with ann the announced
+// epochs of E's LIST. It is the restore rule with one addition: where a
+// reader would end the chain below E, the writer fences it. A missing slot
+// right after records is the end of that epoch's chain: it gets a seal. At
+// a seal or tombstone in epoch X at slot T, each announced epoch of ann
+// between X and E gets a tombstone at T, in order, until one turns out to
+// hold a record there (the chain goes on in it). Epochs that are not in
+// ann get nothing: they never announced before the LIST, so they never
+// write.
+func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, error) {
 	s, E := l.s, l.epoch
 	c := a.at
-	for {
-		key := SlotKey(s.cell, c.epoch, c.txid)
-		f, _, err := s.read(ctx, key)
-		if err != nil {
-			return Head{}, err
+	checked := false // stillValid was asked since the walk met its first gap
+	gap := func(end TxID) error {
+		if checked {
+			return nil
 		}
+		checked = true
+		// Make sure the gap is not a file GC deleted under this walk.
+		return s.stillValid(ctx, a, end)
+	}
+	for {
 		if c.epoch >= E {
+			key := SlotKey(s.cell, c.epoch, c.txid)
+			f, _, err := s.read(ctx, key)
+			if err != nil {
+				return Head{}, err
+			}
 			if c.epoch > E { // only a broken rule (a test variant) gets here
 				return Head{}, bucket.Errorf(bucket.CodeSuperseded, "fence predecessors: the walk passed epoch %d", E)
 			}
 			return l.ownSlot(ctx, key, c, f)
 		}
-		if f == nil {
-			// The end of the chain, below E: fill it. But first make sure
-			// the gap is not a file GC deleted under this walk.
-			if err := s.stillValid(ctx, a); err != nil {
-				return Head{}, err
-			}
-			kind := KindTombstone
-			if c.data {
-				kind = KindSeal
-			}
-			if brokenNoSeal || kind == KindTombstone && variant == variantNoTombstones {
-				c = cursor{epoch: c.epoch + 1, txid: c.txid, pos: c.pos}
-				continue
-			}
-			body, err := Encode(&File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Token: l.lease.Token(), Pos: c.pos, By: E})
+		if c.epoch != 0 {
+			key := SlotKey(s.cell, c.epoch, c.txid)
+			f, _, err := s.read(ctx, key)
 			if err != nil {
 				return Head{}, err
 			}
-			theirs, err := s.create(ctx, key, body)
+			if f == nil {
+				// The end of the chain, below E: fill it.
+				if err := gap(c.txid); err != nil {
+					return Head{}, err
+				}
+				kind := KindTombstone
+				if c.data {
+					kind = KindSeal
+				}
+				if f, err = l.fill(ctx, c, kind); err != nil {
+					return Head{}, err
+				}
+			}
+			if err := checkPos(key, f, c); err != nil {
+				return Head{}, err
+			}
+			if f.Kind == KindRecords {
+				c, _, _ = step(c, f)
+				checked = false // a gap further on is a new question
+				continue
+			}
+		}
+		// A seal or tombstone at (X, T): tombstone T of the announced
+		// epochs between X and E, up to the first that holds a record.
+		next := cursor{epoch: E, txid: c.txid, pos: c.pos}
+		for _, y := range (&announced{epochs: ann}).above(c.epoch) {
+			if y >= E || brokenNoSeal || variant == variantNoTombstones {
+				break
+			}
+			if err := gap(c.txid); err != nil {
+				return Head{}, err
+			}
+			at := cursor{epoch: y, txid: c.txid, pos: c.pos}
+			f, err := l.fill(ctx, at, KindTombstone)
 			if err != nil {
 				return Head{}, err
 			}
-			if theirs == nil {
-				s.cfg.logger.Info("fenced predecessor", "cell", s.cell, "epoch", E, "slot_epoch", c.epoch, "txid", uint64(c.txid), "kind", kind.String())
-				c = cursor{epoch: c.epoch + 1, txid: c.txid, pos: c.pos}
-				continue
+			key := SlotKey(s.cell, y, c.txid)
+			if err := checkPos(key, f, at); err != nil {
+				return Head{}, err
 			}
-			f = theirs // 412: decide on what is there
+			if f.Kind == KindRecords {
+				next, _, _ = step(at, f)
+				checked = false
+				break
+			}
 		}
-		if err := checkPos(key, f, c); err != nil {
-			return Head{}, err
-		}
-		c, _ = step(c, f)
+		c = next
 	}
+}
+
+// fill creates a seal or tombstone (kind) at slot c for E, create-only, and
+// returns the file that holds the slot afterwards: the marker it wrote, or
+// what someone else wrote there first.
+func (l *Log) fill(ctx context.Context, c cursor, kind Kind) (*File, error) {
+	s, E := l.s, l.epoch
+	key := SlotKey(s.cell, c.epoch, c.txid)
+	if brokenNoSeal {
+		return &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Pos: c.pos, By: E}, nil
+	}
+	f := &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Token: l.lease.Token(), Pos: c.pos, By: E}
+	body, err := Encode(f)
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := s.create(ctx, key, body)
+	if err != nil {
+		return nil, err
+	}
+	if theirs != nil {
+		return theirs, nil // 412: decide on what is there
+	}
+	s.cfg.logger.Info("fenced predecessor", "cell", s.cell, "epoch", E, "slot_epoch", c.epoch, "txid", uint64(c.txid), "kind", kind.String())
+	return f, nil
 }
 
 // ownSlot decides what the walk found at E's own first slot: free (the
@@ -235,7 +381,7 @@ func (l *Log) ownSlot(ctx context.Context, key string, c cursor, f *File) (Head,
 		if err := checkPos(key, f, c); err != nil {
 			return Head{}, err
 		}
-		c, _ = step(c, f)
+		c, _, _ = step(c, f)
 		key = SlotKey(l.s.cell, l.epoch, c.txid)
 		var err error
 		if f, _, err = l.s.read(ctx, key); err != nil {
@@ -704,14 +850,15 @@ func (l *Log) Read(ctx context.Context, after Pos, limit int, barrier bool) ([]R
 	var err error
 	for attempt := 0; attempt < maxReadAttempts; attempt++ {
 		var a anchor
+		var ann *announced // from an index anchor: listed at the first seal
 		var ok bool
 		if a, ok, err = l.indexAnchor(ctx, after); err == nil {
 			if !ok {
-				a, err = l.s.locate(ctx, after)
+				a, ann, err = l.s.locate(ctx, after)
 			}
 			if err == nil {
 				var recs []Record
-				if recs, _, err = l.s.readFrom(ctx, a, after, limit); err == nil {
+				if recs, _, err = l.s.readFrom(ctx, a, ann, after, limit); err == nil {
 					return recs, nil
 				}
 			}
@@ -757,7 +904,11 @@ func (l *Log) barrier(ctx context.Context) error {
 }
 
 // indexAnchor starts a read from a file this log wrote, when the position
-// is in its range, sparing the listing.
+// is in its range, sparing the listing. Every slot below the log's head is
+// durable, so a walk from it that ends below the head met a file GC
+// deleted (anchor.covered): its starting file can be back although the
+// files above it are gone, written again by a PUT of this log that was
+// still travelling when GC deleted it.
 func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) {
 	want := after + 1
 	l.mu.Lock()
@@ -766,6 +917,7 @@ func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) 
 	if i >= 0 {
 		e = l.index[i]
 	}
+	head := l.next
 	l.mu.Unlock()
 	if i < 0 {
 		return anchor{}, false, nil
@@ -775,5 +927,5 @@ func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) 
 	if err != nil || f == nil || f.Kind != KindRecords {
 		return anchor{}, false, err
 	}
-	return anchor{at: cursor{epoch: l.epoch, txid: e.txid + 1, pos: f.NextPos(), data: true}, key: key, file: f}, true, nil
+	return anchor{at: cursor{epoch: l.epoch, txid: e.txid + 1, pos: f.NextPos(), data: true}, key: key, file: f, covered: head - 1}, true, nil
 }

@@ -60,9 +60,10 @@ func Read(ctx context.Context, b bucket.Bucket, cell string, after Pos, limit in
 	var err error
 	for attempt := 0; attempt < maxReadAttempts; attempt++ {
 		var a anchor
-		if a, err = s.locate(ctx, after); err == nil {
+		var ann *announced
+		if a, ann, err = s.locate(ctx, after); err == nil {
 			var recs []Record
-			recs, _, err = s.readFrom(ctx, a, after, limit)
+			recs, _, err = s.readFrom(ctx, a, ann, after, limit)
 			if err == nil {
 				return recs, nil
 			}
@@ -74,9 +75,10 @@ func Read(ctx context.Context, b bucket.Bucket, cell string, after Pos, limit in
 	return nil, bucket.Wrap(err, "read %s after %d", cell, after)
 }
 
-// readFrom collects records after `after` from anchor a. The anchor's own
-// file, when it is a record file, is included.
-func (s *store) readFrom(ctx context.Context, a anchor, after Pos, limit int) ([]Record, Head, error) {
+// readFrom collects records after `after` from anchor a, scanning the
+// announced epochs of ann at seals (nil: listed at the first seal). The
+// anchor's own file, when it is a record file, is included.
+func (s *store) readFrom(ctx context.Context, a anchor, ann *announced, after Pos, limit int) ([]Record, Head, error) {
 	var out []Record
 	full := func() bool { return limit > 0 && len(out) >= limit }
 	add := func(f *File) {
@@ -95,7 +97,7 @@ func (s *store) readFrom(ctx context.Context, a anchor, after Pos, limit int) ([
 	if full() {
 		return out, Head{}, nil
 	}
-	c, end, err := s.walk(ctx, a.at, func(_ string, f *File) (bool, error) {
+	c, end, err := s.walk(ctx, a.at, ann, func(_ string, f *File) (bool, error) {
 		add(f)
 		return !full(), nil
 	})
@@ -106,7 +108,7 @@ func (s *store) readFrom(ctx context.Context, a anchor, after Pos, limit int) ([
 		if c.txid <= a.covered {
 			return nil, Head{}, bucket.Errorf(bucket.CodeBadRequest, "read %s after %d: %w: slot e%d/%d is gone, below a snapshot at txid %d", s.cell, after, ErrCompacted, c.epoch, uint64(c.txid), uint64(a.covered))
 		}
-		if err := s.stillValid(ctx, a); err != nil {
+		if err := s.stillValid(ctx, a, c.txid); err != nil {
 			return nil, Head{}, err
 		}
 	}
@@ -115,12 +117,13 @@ func (s *store) readFrom(ctx context.Context, a anchor, after Pos, limit int) ([
 
 // locate finds an anchor at or before position after+1: the record file
 // holding it, by binary search over the listed files (each probe one GET),
-// else the newest snapshot, else the origin.
-func (s *store) locate(ctx context.Context, after Pos) (anchor, error) {
+// else the newest snapshot, else the origin. It returns the listing's
+// announced epochs too, for the walk that follows.
+func (s *store) locate(ctx context.Context, after Pos) (anchor, *announced, error) {
 	want := after + 1
 	l, err := s.listLog(ctx)
 	if err != nil {
-		return anchor{}, err
+		return anchor{}, nil, err
 	}
 	tops := l.tops(^uint64(0))
 	var best *File
@@ -134,7 +137,7 @@ func (s *store) locate(ctx context.Context, after Pos) (anchor, error) {
 		j := mid
 		for ; j >= lo; j-- {
 			if f, err = s.probe(ctx, tops[j].key); err != nil {
-				return anchor{}, err
+				return anchor{}, nil, err
 			}
 			if f != nil && f.Kind == KindRecords {
 				break
@@ -156,12 +159,22 @@ func (s *store) locate(ctx context.Context, after Pos) (anchor, error) {
 		if hasSnap {
 			a.covered = snap.txid
 		}
-		return a, nil
+		return a, s.readerAnn(l), nil
 	}
 	if hasSnap {
-		return s.snapshotAnchor(ctx, snap)
+		a, err := s.snapshotAnchor(ctx, snap)
+		return a, s.readerAnn(l), err
 	}
-	return anchor{at: origin}, nil
+	return anchor{at: origin}, s.readerAnn(l), nil
+}
+
+// readerAnn is the announced epochs a read scans: those of listing l, made
+// during the read.
+func (s *store) readerAnn(l listing) *announced {
+	if brokenReaderStaleList {
+		return &announced{epochs: staleAnnounced(s.cell, ^uint64(0), l.announced)}
+	}
+	return &announced{epochs: l.announced}
 }
 
 // LatestSnapshot returns the newest snapshot of cell, or nil when it has
@@ -239,7 +252,7 @@ func (s *store) restore(ctx context.Context, maxEpoch uint64, until Pos, onSnaps
 	if until > 0 && a.at.pos >= until {
 		return Head{Next: a.at.txid, NextPos: a.at.pos}, nil
 	}
-	c, end, err := s.walk(ctx, a.at, func(_ string, f *File) (bool, error) {
+	c, end, err := s.walk(ctx, a.at, s.readerAnn(l), func(_ string, f *File) (bool, error) {
 		for i, d := range f.Records {
 			p := f.Pos + Pos(i)
 			if until > 0 && p >= until {
@@ -257,7 +270,7 @@ func (s *store) restore(ctx context.Context, maxEpoch uint64, until Pos, onSnaps
 		return Head{}, err
 	}
 	if end {
-		if err := s.stillValid(ctx, a); err != nil {
+		if err := s.stillValid(ctx, a, c.txid); err != nil {
 			if errors.Is(err, errGCRace) {
 				return Head{}, bucket.Errorf(bucket.CodeUnavailable, "%w; restore again", err)
 			}

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 
 	"github.com/deedkit/deed/bucket"
@@ -98,9 +99,14 @@ type GCReport struct {
 	// files in txid order.
 	Deleted []string
 	Bytes   int64 // the size of the deleted files
-	// Markers counts the seals and tombstones seen; GC never deletes them.
+	// Markers counts the seals and tombstones seen; GC never deletes them
+	// (nor announcement markers).
 	Markers int
-	DryRun  bool
+	// Strays lists the keys under the cell's log prefix that deed did not
+	// write (other names, epochs, padding or case), sorted: every walk
+	// ignores them and GC never deletes them.
+	Strays []string
+	DryRun bool
 }
 
 // GC deletes what the newest snapshot makes redundant: every older
@@ -127,6 +133,7 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 	if err != nil {
 		return rep, bucket.Wrap(err, "gc %s", cell)
 	}
+	rep.Strays = slices.Sorted(slices.Values(l.strays))
 	snap, ok := l.newestSnapshot(^uint64(0))
 	if !ok {
 		return rep, nil

@@ -94,8 +94,11 @@ func TestSnapshotAndGC(t *testing.T) {
 		lb := claim(t, b, "b", true)
 		logB := open(t, b, lb)          // seals e1/14
 		appendN(t, g, logB, lb, "c", 2) // txids 14, 15
-		claim(t, m, "x", true)          // epoch 3 crashes before sealing
-		lc := claim(t, m, "c", true)    // epoch 4 seals e2/16, tombstones e3/16
+		lx := claim(t, m, "x", true)    // epoch 3 announces, then crashes before sealing
+		if err := replication.Announce(ctx, m, lx); err != nil {
+			t.Fatal(err)
+		}
+		lc := claim(t, m, "c", true) // epoch 4 seals e2/16, tombstones e3/16
 		logC := open(t, m, lc)
 		appendN(t, g, logC, lc, "d", 2) // txids 16, 17
 		if _, err := logC.Snapshot(ctx, lc, 16, []byte("state@16")); err != nil {
@@ -228,14 +231,15 @@ func TestGCSafety(t *testing.T) {
 	m.Set(k, body[:len(body)-1])
 	_, err = replication.GC(ctx, m, cell, replication.GCOptions{})
 	mustCode(t, err, bucket.CodeCorruptTx)
-	if len(m.Keys(replication.LogPrefix(cell))) != 5 {
+	if len(m.Keys(replication.LogPrefix(cell))) != 6 {
 		t.Fatalf("gc with a damaged snapshot deleted files: %q", m.Keys(replication.LogPrefix(cell)))
 	}
 	m.Set(k, body)
-	// Sealed by Close: now the epoch's records go, the seal stays.
+	// Sealed by Close: now the epoch's records go; the seal and the
+	// announcement stay.
 	rep, err = replication.GC(ctx, m, cell, replication.GCOptions{})
 	if err != nil || len(rep.Deleted) != 3 ||
-		!slices.Equal(m.Keys(replication.LogPrefix(cell)), []string{k, replication.SlotKey(cell, 1, 4)}) {
+		!slices.Equal(m.Keys(replication.LogPrefix(cell)), []string{replication.AnnounceKey(cell, 1), k, replication.SlotKey(cell, 1, 4)}) {
 		t.Fatalf("gc of a closed epoch: %+v %v", rep, err)
 	}
 }

@@ -256,6 +256,27 @@ func (s *store) create(ctx context.Context, key string, body []byte) (theirs *Fi
 
 // createCounted is create that also returns how many PUTs it sent.
 func (s *store) createCounted(ctx context.Context, key string, body []byte) (theirs *File, puts int, err error) {
+	got, puts, err := s.createRaw(ctx, key, body)
+	if err != nil || got == nil {
+		return nil, puts, err
+	}
+	if brokenNoReadBack {
+		return got.file, puts, nil
+	}
+	f, err := Decode(key, got.body)
+	return f, puts, err
+}
+
+// other is what create found at its key instead of its own bytes: the raw
+// body, or (brokenNoReadBack) a file already decoded.
+type other struct {
+	body []byte
+	file *File
+}
+
+// createRaw is create without decoding: theirs holds the bytes found at key
+// when they are not body; puts counts the PUTs it sent.
+func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs *other, puts int, err error) {
 	var last error
 	for i := 0; ; i++ {
 		if i > 0 {
@@ -274,8 +295,11 @@ func (s *store) createCounted(ctx context.Context, key string, body []byte) (the
 			return nil, puts, bucket.Wrap(err, "write %s", key)
 		}
 		if brokenNoReadBack {
-			theirs, err := s.trustTypedError(ctx, key, err)
-			return theirs, puts, err
+			f, err := s.trustTypedError(ctx, key, err)
+			if err != nil || f == nil {
+				return nil, puts, err
+			}
+			return &other{file: f}, puts, nil
 		}
 		last = err
 		// 412 (someone's bytes are there) or an unknown outcome: read back.
@@ -296,10 +320,6 @@ func (s *store) createCounted(ctx context.Context, key string, body []byte) (the
 		case bytes.Equal(got, body):
 			return nil, puts, nil
 		}
-		f, derr := Decode(key, got)
-		if derr != nil {
-			return nil, puts, derr
-		}
-		return f, puts, nil
+		return &other{body: got}, puts, nil
 	}
 }

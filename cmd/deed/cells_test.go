@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -181,8 +182,9 @@ func TestClaimShowRelease(t *testing.T) {
 	if sv != (showView{Cell: "c1", Epoch: 1, Released: true, Claimed: true}) {
 		t.Fatalf("show = %+v", sv)
 	}
-	// The record, and the seal of the claim's own (empty) epoch.
-	if keys := e.keys(t); strings.Join(keys, ",") != "tenant/cells/c1/ltx/e1/0000000000000001.ltx,tenant/cells/c1/own.json" {
+	// The record, the claim's announcement, and the seal of its own
+	// (empty) epoch.
+	if keys := e.keys(t); strings.Join(keys, ",") != "tenant/cells/c1/ltx/announce/00000000000000000001,tenant/cells/c1/ltx/e1/0000000000000001.ltx,tenant/cells/c1/own.json" {
 		t.Fatalf("a one-shot claim wrote %v", keys)
 	}
 	// Each one fences again; the text says that nobody holds the cell.
@@ -514,19 +516,25 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantExit(t, e.run(t, "claim", "plain", "--node", "w"), 0, "")
+	// A key deed never writes: ignored, kept, and listed by --dry-run.
+	const stray = "cells/snap/ltx/e5000000000/junk"
+	if _, err := e.b.Put(ctx, stray, []byte("junk"), bucket.None); err != nil {
+		t.Fatal(err)
+	}
 	before := e.keys(t)
 
 	r := e.run(t, "gc", "snap", "--dry-run", "--json")
 	wantExit(t, r, 0, "")
 	v := decode[gcView](t, r.stdout)
-	if !v.DryRun || !strings.HasSuffix(v.Snapshot, ".snapshot") || len(v.Deleted) != 3 || v.Bytes == 0 {
+	if !v.DryRun || !strings.HasSuffix(v.Snapshot, ".snapshot") || len(v.Deleted) != 3 || v.Bytes == 0 || !slices.Equal(v.Strays, []string{stray}) {
 		t.Fatalf("dry run = %+v", v)
 	}
 	if after := e.keys(t); len(after) != len(before) {
 		t.Fatalf("dry run deleted %d objects", len(before)-len(after))
 	}
 	r = e.run(t, "gc", "snap", "--dry-run")
-	if !strings.Contains(r.stdout, "snap: would delete 3 files") || !strings.Contains(r.stdout, "  "+v.Deleted[0]) {
+	if !strings.Contains(r.stdout, "snap: would delete 3 files") || !strings.Contains(r.stdout, "  "+v.Deleted[0]) ||
+		!strings.Contains(r.stdout, "1 stray keys") || !strings.Contains(r.stdout, "  "+stray) {
 		t.Errorf("dry run text:\n%s", r.stdout)
 	}
 

@@ -183,3 +183,66 @@ func TestE2EExecBadNamesWriteNothing(t *testing.T) {
 		t.Fatalf("bad names wrote %d objects, first %s", len(page.Objects), page.Objects[0].Key)
 	}
 }
+
+// TestE2EStrayLogKeys: with the real binary, a stray key in a huge epoch
+// (cells/x/ltx/e5000000000/junk) and a corrupt ownership record: a forced
+// claim finishes at once, one above the newest epoch deed's own keys name,
+// and gc --dry-run lists the stray. Then 5 lock-only claims (deed exec)
+// write nothing under the log prefix, and the next claim still writes only
+// its announcement and one seal.
+func TestE2EStrayLogKeys(t *testing.T) {
+	c := newE2ECluster(t)
+	b := e2eBucket(t, c)
+	ctx := t.Context()
+	var prefix string
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, envBucket+"="); ok {
+			loc, err := bucket.ParseURL(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if loc.Prefix != "" {
+				prefix = loc.Prefix + "/"
+			}
+		}
+	}
+	if st, out := c.cli(t, "claim", "x", "--node", "a"); st != 0 {
+		t.Fatalf("claim: %d %s", st, out)
+	}
+	stray := prefix + "cells/x/ltx/e5000000000/junk"
+	for k, v := range map[string]string{stray: "junk", prefix + "cells/x/own.json": "not json"} {
+		if _, err := b.Put(ctx, k, []byte(v), bucket.None); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, out := c.cli(t, "claim", "x", "--node", "b", "--force", "--json")
+	if st != 0 || !strings.Contains(out, `"epoch":2`) {
+		t.Fatalf("forced claim of a corrupt record: exit %d %s", st, out)
+	}
+	st, out = c.cli(t, "gc", "x", "--dry-run", "--json")
+	if st != 0 || !strings.Contains(out, `"strays":["cells/x/ltx/e5000000000/junk"]`) {
+		t.Fatalf("gc --dry-run: exit %d %s", st, out)
+	}
+	logKeys := func() int {
+		page, err := bucket.ListAll(ctx, b, bucket.ListInput{Prefix: prefix + "cells/x/ltx/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Objects)
+	}
+	before := logKeys()
+	for i := range 5 {
+		if st, out := c.cli(t, "exec", "x", "--node", fmt.Sprintf("job%d", i), "--", "true"); st != 0 {
+			t.Fatalf("exec %d: %d %s", i, st, out)
+		}
+	}
+	if n := logKeys(); n != before {
+		t.Fatalf("5 lock-only claims wrote %d objects under the log prefix", n-before)
+	}
+	if st, out := c.cli(t, "claim", "x", "--node", "c", "--force"); st != 0 || !strings.Contains(out, "epoch 8") {
+		t.Fatalf("claim after the execs: %d %s", st, out)
+	}
+	if n := logKeys(); n != before+2 {
+		t.Fatalf("a claim after 5 lock-only epochs wrote %d objects under the log prefix, want 2 (announcement, seal)", n-before)
+	}
+}

@@ -19,8 +19,11 @@ type gcView struct {
 	Deleted  []string `json:"deleted"`
 	Bytes    int64    `json:"bytes"`
 	// Markers counts the seals and tombstones seen; they are never deleted.
-	Markers int  `json:"markers"`
-	DryRun  bool `json:"dry_run"`
+	Markers int `json:"markers"`
+	// Strays are keys under the cell's log prefix deed did not write:
+	// ignored by every walk, never deleted, listed by --dry-run.
+	Strays []string `json:"strays"`
+	DryRun bool     `json:"dry_run"`
 }
 
 func newGCCmd(cfg *config) *cobra.Command {
@@ -40,10 +43,12 @@ while the cell's owner writes.
 
 --all runs it for every cell under cells/ (one after another; a cell that
 fails does not stop the others, and the first failure sets the exit status).
---dry-run lists what would be deleted and deletes nothing.
+--dry-run lists what would be deleted and deletes nothing, and lists the
+stray keys under the cell's log prefix that deed did not write (ignored by
+every read and walk; gc never deletes them).
 
 With --json it prints one JSON object per cell and line:
-{"cell","snapshot","deleted":[keys],"bytes","markers","dry_run"}.`,
+{"cell","snapshot","deleted":[keys],"bytes","markers","strays":[keys],"dry_run"}.`,
 		Example: `  deed gc orders --dry-run
   deed gc --all --json`,
 		Args: cobra.MaximumNArgs(1),
@@ -104,9 +109,12 @@ func gcCell(ctx context.Context, cfg *config, b bucket.Bucket, cell string, opts
 	if err != nil {
 		return bucket.Wrap(err, "gc %s", cell)
 	}
-	v := gcView{Cell: cell, Snapshot: rep.Snapshot, Deleted: rep.Deleted, Bytes: rep.Bytes, Markers: rep.Markers, DryRun: rep.DryRun}
+	v := gcView{Cell: cell, Snapshot: rep.Snapshot, Deleted: rep.Deleted, Bytes: rep.Bytes, Markers: rep.Markers, Strays: rep.Strays, DryRun: rep.DryRun}
 	if v.Deleted == nil {
 		v.Deleted = []string{}
+	}
+	if v.Strays == nil {
+		v.Strays = []string{}
 	}
 	if cfg.json {
 		writeJSON(cfg.inv.Stdout, v)
@@ -126,6 +134,12 @@ func gcCell(ctx context.Context, cfg *config, b bucket.Bucket, cell string, opts
 			for _, k := range v.Deleted {
 				fmt.Fprintf(w, "  %s\n", k)
 			}
+		}
+	}
+	if opts.DryRun && len(v.Strays) > 0 {
+		fmt.Fprintf(w, "%s: %d stray keys deed did not write (ignored, kept):\n", cell, len(v.Strays))
+		for _, k := range v.Strays {
+			fmt.Fprintf(w, "  %s\n", k)
 		}
 	}
 	return nil

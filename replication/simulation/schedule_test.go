@@ -44,11 +44,13 @@ const (
 	// Compaction, drawn from a stream of its own (see planCompaction).
 	opSnapshot // the cell's owner snapshots its log at a durable txid
 	opGC       // GC of the cell, by a node or by an out-of-band operator
+	// Lock-only claims, drawn from a stream of their own (see planLocks).
+	opLock // a lock-only claim (deed exec): claim, hold, release; never touches the log
 	nKinds
 )
 
 var kindNames = [...]string{"append", "read", "barrier-read", "claim", "forced-claim", "release", "stop",
-	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc"}
+	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc", "lock-only"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -95,6 +97,8 @@ func (s step) String() string {
 		fmt.Fprintf(&b, " c%d x%d within %v", s.cell, s.burst, s.dur)
 	case opRead, opBarrier, opClaim, opForce, opRelease:
 		fmt.Fprintf(&b, " c%d", s.cell)
+	case opLock:
+		fmt.Fprintf(&b, " c%d x%d (force %v) hold %v", s.cell, s.burst, s.operator, s.dur)
 	case fLatency:
 		where := "before"
 		if s.reply {
@@ -196,7 +200,57 @@ func plan(seed uint64) (simConfig, []step) {
 	}
 	extra, finalGC := planCompaction(seed, cfg, steps)
 	cfg.finalGC = finalGC
-	return cfg, merge(steps, extra)
+	return cfg, merge(steps, append(extra, planLocks(seed, cfg, steps)...))
+}
+
+// lockSeed keys planLocks' stream.
+const lockSeed = 0x10c0
+
+// planLocks draws lock-only claims — a deed exec: claim the cell under an
+// identity of its own, hold it, release it, never touching the log — from
+// a stream of their own, so that adding them left every older seed's
+// other steps as they were. About one burst every 1.5 s, each claiming
+// the cell 1 to 40 times in a row (a burst of execs bumps the epoch that
+// many times), forced in a third of the bursts (an operator taking the
+// cell from a live owner); and after
+// half the main stream's claims, a forced burst within 300 ms on the same
+// cell (followed, mostly, by another node's claim and appends), so that
+// lock-only claims and a newer data owner fall between a data owner's
+// claim and its first steps on the log. Data
+// owners thus meet gaps of many epochs between the newest epoch with data
+// and their own, and lose their cell while they open their log.
+func planLocks(seed uint64, cfg simConfig, main []step) []at {
+	rng := rand.New(rand.NewPCG(seed^lockSeed, 0x10c))
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	burst := func(cell int, force bool) step {
+		s := step{kind: opLock, node: rng.IntN(cfg.nodes), cell: cell}
+		s.burst = 1 + rng.IntN(40)
+		s.operator = force || rng.IntN(3) == 0
+		s.dur = ms(0, 300)
+		return s
+	}
+	var end time.Duration
+	var out []at
+	for _, s := range main {
+		end += s.gap
+		if (s.kind == opClaim || s.kind == opForce) && rng.IntN(2) == 0 {
+			t := end + ms(0, 300)
+			b := burst(s.cell, true)
+			out = append(out, at{t: t, s: b})
+			if rng.IntN(3) != 0 {
+				// Another node claims the cell once the execs are done,
+				// and appends come in.
+				t += b.dur + ms(0, 200)
+				c := step{kind: opClaim, node: (s.node + 1 + rng.IntN(cfg.nodes-1)) % cfg.nodes, cell: s.cell}
+				a := step{kind: opAppend, node: rng.IntN(cfg.nodes), cell: s.cell, burst: 1 + rng.IntN(3), dur: time.Second}
+				out = append(out, at{t: t, s: c}, at{t: t + ms(0, 500), s: a})
+			}
+		}
+	}
+	for t := ms(0, 1500); t <= end; t += ms(0, 3000) {
+		out = append(out, at{t: t, s: burst(rng.IntN(cfg.cells), false)})
+	}
+	return out
 }
 
 // compactionSeed derives the seed of planCompaction's stream. Drawing the

@@ -178,6 +178,8 @@ var regressions = []struct {
 	{1007280, "owner: a failed read after a failed release was taken for a takeover; Close stopped renewing before it stopped acting"},
 	{3253, "replication: a read below a snapshot started from a record file a late PUT wrote again after GC deleted it, and returned the log cut short"},
 	{5009, "replication: a read below a snapshot started from a record file a late PUT wrote again after GC deleted it, and returned the log cut short"},
+	{845, "replication: a restore from a snapshot a stale owner wrote again after GC deleted it returned the log cut short (seen under -race)"},
+	{5916, "replication: a stale owner's read from its own index started from a file a late PUT wrote again after GC deleted it, and returned the log cut short"},
 }
 
 func TestRegressions(t *testing.T) {

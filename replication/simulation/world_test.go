@@ -369,6 +369,8 @@ func (w *world) do(i int, s step) {
 		w.goOp(func(ctx context.Context) { w.claim(ctx, n, cell, s.kind == opForce) })
 	case opRelease:
 		w.goOp(func(ctx context.Context) { w.release(ctx, n, cell) })
+	case opLock:
+		w.goOp(func(ctx context.Context) { w.lockOnly(ctx, i, cell, s) })
 	case opSnapshot:
 		w.goOp(func(ctx context.Context) { w.snapshot(ctx, n, cell, s) })
 	case opGC:
@@ -544,6 +546,25 @@ func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) 
 	inc.mu.Unlock()
 	w.h.addLease(&leaseRec{cell: cell, epoch: lease.Epoch(), token: lease.Token(), node: n.name, inc: inc, reason: reason, call: call, ret: ret})
 	w.h.logf("claim %s by %s (force %v): epoch %d (%s)", cell, inc.client, force, lease.Epoch(), reason)
+	// Half the claimers are slow on their way to the log: a sixth pause
+	// before they open it (a scheduler, a GC pause), a sixth send an
+	// announcement that takes its time to land, a sixth get a slow answer
+	// to their first LIST of the log. Newer claims, lock-only ones and data
+	// owners, come between a claim and its announcement, or between a
+	// re-check and the LIST after it.
+	d := draw(w.seed, "open-delay", cell, int(lease.Epoch()))
+	slow := time.Duration(d/6%2000) * time.Millisecond
+	switch d % 6 {
+	case 0:
+		w.h.logf("open log %s e%d by %s: after %v", cell, lease.Epoch(), inc.client, slow)
+		time.Sleep(slow)
+	case 1:
+		w.h.logf("open log %s e%d by %s: its announcement takes %v", cell, lease.Epoch(), inc.client, slow)
+		w.mem.Inject(fakes3.Rule{Client: inc.client, Op: fakes3.OpPut, Key: replication.AnnounceKey(cell, lease.Epoch()), Latency: slow, Times: 1})
+	case 2:
+		w.h.logf("open log %s e%d by %s: its LIST takes %v", cell, lease.Epoch(), inc.client, slow)
+		w.mem.Inject(fakes3.Rule{Client: inc.client, Op: fakes3.OpList, KeyPrefix: replication.LogPrefix(cell), Latency: slow, Times: 1})
+	}
 	lg, err := replication.Open(ctx, inc.b, lease, w.logOpts()...)
 	if err != nil {
 		w.h.logf("open log %s e%d by %s: %s", cell, lease.Epoch(), inc.client, shortErr(err))
@@ -560,6 +581,37 @@ func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) 
 	inc.mu.Unlock()
 	if old != nil { // re-entry superseded it
 		_ = old.log.Close(ctx)
+	}
+}
+
+// lockOnly is a burst of lock-only claims (deed exec): each under an
+// identity of its own (never a data owner's node), held for s.dur and
+// released, without a log. Each bumps the epoch and writes nothing under
+// the log prefix; a forced one also takes the cell from a live owner,
+// whose log goes on writing until the next data owner fences it.
+func (w *world) lockOnly(ctx context.Context, i int, cell string, s step) {
+	b := w.mem.Client(fmt.Sprintf("lock%d", i))
+	for k := range s.burst {
+		node, err := owner.NewNode(b, owner.Config{Name: fmt.Sprintf("lock%d-%d", i, k), TTL: w.cfg.ttl})
+		if err != nil {
+			w.h.violate("lock-only node: %v", err)
+			return
+		}
+		lease, err := node.Claim(ctx, cell, owner.ClaimOptions{Force: s.operator})
+		if err != nil {
+			w.h.logf("lock-only claim %s by lock%d-%d: %s", cell, i, k, shortErr(err))
+			return
+		}
+		if k == 0 || k == s.burst-1 {
+			w.h.logf("lock-only claim %s by lock%d-%d: epoch %d", cell, i, k, lease.Epoch())
+		}
+		if k == s.burst-1 {
+			time.Sleep(s.dur)
+		}
+		if err := lease.Release(ctx); err != nil {
+			w.h.logf("lock-only release %s e%d: %s", cell, lease.Epoch(), shortErr(err))
+			return
+		}
 	}
 }
 
