@@ -32,8 +32,13 @@ import (
 // Implementations must make Put with IfAbsent or IfMatch atomic: of many
 // concurrent conditional writes against one state, at most one succeeds.
 type Bucket interface {
-	// Get returns the object's body and ETag, or ErrNotFound.
-	Get(ctx context.Context, key string) (Object, error)
+	// Get returns the object's body and ETag, or ErrNotFound. With max > 0
+	// it never holds more than max+1 bytes of the body in memory: an object
+	// whose size exceeds max is ErrTooLarge (see TooLarge), decided from the
+	// size the store announces before any of the body is read, else by
+	// stopping at byte max+1. The Object still carries Key and ETag then.
+	// max ≤ 0 reads the whole body, for objects the caller wrote itself.
+	Get(ctx context.Context, key string, max int64) (Object, error)
 	// Head returns the object's ETag and size without its body, or ErrNotFound.
 	Head(ctx context.Context, key string) (Info, error)
 	// Put writes body under key if cond holds and returns the new ETag.

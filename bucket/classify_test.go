@@ -217,7 +217,7 @@ func call(ctx context.Context, b bucket.Bucket, col classOp) error {
 	var err error
 	switch col.op {
 	case "get":
-		_, err = b.Get(ctx, "k")
+		_, err = b.Get(ctx, "k", 0)
 	case "head":
 		_, err = b.Head(ctx, "k")
 	case "list":
@@ -448,7 +448,7 @@ func TestOpenS3Environment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Get(t.Context(), "k"); err != nil {
+	if _, err := b.Get(t.Context(), "k", 0); err != nil {
 		t.Fatal(err)
 	}
 	reqs := c.requests()

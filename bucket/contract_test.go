@@ -113,7 +113,7 @@ func mustPut(t *testing.T, b bucket.Bucket, key, body string, cond bucket.Condit
 // wantBody checks key holds body with an ETag the same as etag.
 func wantBody(t *testing.T, b bucket.Bucket, key, body, etag string) {
 	t.Helper()
-	o, err := b.Get(t.Context(), key)
+	o, err := b.Get(t.Context(), key, 0)
 	if err != nil {
 		t.Fatalf("get %s: %v", key, err)
 	}
@@ -203,7 +203,7 @@ func testConditionalDelete(t *testing.T, d dialect, b bucket.Bucket) {
 	if err := b.Delete(t.Context(), "k", bucket.IfMatch(e2)); err != nil {
 		t.Fatalf("delete with the current etag: %v", err)
 	}
-	if _, err := b.Get(t.Context(), "k"); !errors.Is(err, bucket.ErrNotFound) {
+	if _, err := b.Get(t.Context(), "k", 0); !errors.Is(err, bucket.ErrNotFound) {
 		t.Fatalf("get after delete: %v, want not found", err)
 	}
 
@@ -219,7 +219,7 @@ func testETagEquality(t *testing.T, _ dialect, b bucket.Bucket) {
 	for _, body := range []string{"", "small", string(make([]byte, 70_000))} {
 		key := fmt.Sprintf("obj-%d", len(body))
 		put := mustPut(t, b, key, body, bucket.IfAbsent)
-		o, err := b.Get(t.Context(), key)
+		o, err := b.Get(t.Context(), key, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func testETagEquality(t *testing.T, _ dialect, b bucket.Bucket) {
 }
 
 func testMissing(t *testing.T, _ dialect, b bucket.Bucket) {
-	_, err := b.Get(t.Context(), "nope")
+	_, err := b.Get(t.Context(), "nope", 0)
 	wantErr(t, "get missing", err, bucket.ErrNotFound)
 	_, err = b.Head(t.Context(), "nope")
 	wantErr(t, "head missing", err, bucket.ErrNotFound)
@@ -330,11 +330,11 @@ func testWithPrefix(t *testing.T, _ dialect, b bucket.Bucket) {
 	mustPut(t, nested, "k", "nested", bucket.IfAbsent)
 	mustPut(t, b, "tenantx/k", "neighbour", bucket.IfAbsent)
 
-	o, err := b.Get(t.Context(), "tenant/inner/k")
+	o, err := b.Get(t.Context(), "tenant/inner/k", 0)
 	if err != nil || string(o.Body) != "nested" {
 		t.Fatalf("get through the parent = %q, %v", o.Body, err)
 	}
-	if o, err := scoped.Get(t.Context(), "k"); err != nil || o.Key != "k" || string(o.Body) != "scoped" {
+	if o, err := scoped.Get(t.Context(), "k", 0); err != nil || o.Key != "k" || string(o.Body) != "scoped" {
 		t.Fatalf("scoped get = %+v, %v", o, err)
 	}
 	if i, err := nested.Head(t.Context(), "k"); err != nil || i.Key != "k" {
@@ -357,7 +357,7 @@ func testWithPrefix(t *testing.T, _ dialect, b bucket.Bucket) {
 		t.Fatalf("scoped list after inner/k = %+v, %v", page, err)
 	}
 
-	_, err = nested.Get(t.Context(), "missing")
+	_, err = nested.Get(t.Context(), "missing", 0)
 	var oe *bucket.OpError
 	if !errors.As(err, &oe) || oe.Key != "missing" || !errors.Is(err, bucket.ErrNotFound) {
 		t.Fatalf("scoped error = %v, want not found naming the scoped key", err)
@@ -432,7 +432,7 @@ func testNestedKeys(t *testing.T, d dialect, b bucket.Bucket) {
 
 	wantBody(t, b, "x", "file", xTag)
 	if d.nested == nil {
-		if o, err := b.Get(t.Context(), "x/y"); err != nil || string(o.Body) != "below" {
+		if o, err := b.Get(t.Context(), "x/y", 0); err != nil || string(o.Body) != "below" {
 			t.Fatalf("get x/y = %q, %v", o.Body, err)
 		}
 	}
@@ -453,7 +453,7 @@ func TestMissingCredentialsAreUnauthorized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, gerr := b.Get(t.Context(), "k")
+	_, gerr := b.Get(t.Context(), "k", 0)
 	_, perr := b.Put(t.Context(), "k", []byte("x"), bucket.IfAbsent)
 	for _, err := range []error{gerr, perr} {
 		if !errors.Is(err, bucket.ErrAccessDenied) || bucket.CodeOf(err) != bucket.CodeUnauthorized ||

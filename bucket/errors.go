@@ -27,7 +27,23 @@ var (
 	ErrUnsupported = errors.New("not supported by store")
 	// ErrAccessDenied: wrong credentials or missing permissions.
 	ErrAccessDenied = errors.New("access denied")
+	// ErrTooLarge: a Get found the object larger than the caller's limit
+	// and did not read its body (or stopped reading at limit+1 bytes). The
+	// Object returned with it still carries the key and the ETag, so a
+	// caller may overwrite the object with If-Match. Retrying will not help.
+	ErrTooLarge = errors.New("object too large")
 )
+
+// TooLarge is the error a Get returns for an object over its limit max;
+// size is the object's size when the store said it, else -1 (the body ran
+// past max+1 bytes).
+func TooLarge(key string, size, max int64) *OpError {
+	cause := fmt.Errorf("body exceeds the limit of %d bytes", max)
+	if size >= 0 {
+		cause = fmt.Errorf("%d bytes, limit %d", size, max)
+	}
+	return &OpError{Op: "get", Key: key, Kind: ErrTooLarge, Err: cause}
+}
 
 // OpError is the error every Bucket implementation returns. Kind is one of
 // the sentinels above; errors.Is(err, ErrPrecondition) and friends match it.

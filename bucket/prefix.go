@@ -91,8 +91,8 @@ type prefixed struct {
 	p string
 }
 
-func (p *prefixed) Get(ctx context.Context, key string) (Object, error) {
-	o, err := p.b.Get(ctx, p.p+key)
+func (p *prefixed) Get(ctx context.Context, key string, max int64) (Object, error) {
+	o, err := p.b.Get(ctx, p.p+key, max)
 	o.Key = strings.TrimPrefix(o.Key, p.p)
 	return o, p.strip(err)
 }

@@ -524,11 +524,15 @@ func (p *prober) checkCreate(ctx context.Context) (string, step) {
 	return etag, pass("If-None-Match: * on a new key created it (ETag %s)", etag)
 }
 
+// maxProbeObject bounds the probe's reads: it reads back only the small
+// objects it wrote, so anything larger is not one of them.
+const maxProbeObject = 1 << 20
+
 func (p *prober) checkETag(ctx context.Context, putETag string) step {
 	if putETag == "" {
 		return fail("skipped: the create check did not return an ETag")
 	}
-	obj, err := p.b.Get(ctx, "create")
+	obj, err := p.b.Get(ctx, "create", maxProbeObject)
 	if err != nil {
 		return abort("get", err)
 	}
@@ -890,7 +894,7 @@ func (p *prober) race(ctx context.Context, key string) (s step, again bool) {
 		// "winner", or the reverse: no conclusion is possible.
 		return abort(fmt.Sprintf("race inconclusive (%s, %d unclear)", tally, len(unclear)), unclear[0]), false
 	}
-	obj, err := p.b.Get(ctx, key)
+	obj, err := p.b.Get(ctx, key, maxProbeObject)
 	switch {
 	case errors.Is(err, ErrNotFound) && len(winners) == 0:
 		if conflicts == p.racers {

@@ -32,7 +32,7 @@ func TestErrAfterWritesButIsAmbiguous(t *testing.T) {
 		t.Fatal("the write did not land")
 	}
 	// Reading the key back resolves the ambiguity, as the protocol does.
-	o, err := m.Get(ctx, "k")
+	o, err := m.Get(ctx, "k", 0)
 	if err != nil || string(o.Body) != "v1" {
 		t.Fatalf("get = %q, %v", o.Body, err)
 	}
@@ -58,7 +58,7 @@ func TestErrAfterWritesButIsAmbiguous(t *testing.T) {
 
 	m.ClearFaults()
 	m.Inject(fakes3.Rule{Op: fakes3.OpDelete, Fault: fakes3.ErrAfter})
-	o, _ = m.Get(ctx, "k")
+	o, _ = m.Get(ctx, "k", 0)
 	if err := m.Delete(ctx, "k", bucket.IfMatch(o.ETag)); !errors.Is(err, bucket.ErrAmbiguous) {
 		t.Fatalf("conditional delete with a lost response: %v, want ambiguous", err)
 	}
@@ -108,7 +108,7 @@ func TestConflictAndSlowDown(t *testing.T) {
 			if _, ok := m.Bytes("k"); ok || !has(m, "existing", "old") {
 				t.Error("a refused write applied")
 			}
-			if _, err := m.Get(ctx, "existing"); err == nil {
+			if _, err := m.Get(ctx, "existing", 0); err == nil {
 				t.Error("get was not refused")
 			}
 		})
@@ -124,7 +124,7 @@ func TestPartitionAffectsOnlyThatClient(t *testing.T) {
 	if _, err := a.Put(ctx, "k", []byte("a"), bucket.IfAbsent); !errors.Is(err, bucket.ErrAmbiguous) {
 		t.Fatalf("partitioned conditional put: %v, want ambiguous", err)
 	}
-	if _, err := a.Get(ctx, "k"); !errors.Is(err, bucket.ErrUnavailable) {
+	if _, err := a.Get(ctx, "k", 0); !errors.Is(err, bucket.ErrUnavailable) {
 		t.Fatalf("partitioned get: %v, want unavailable", err)
 	}
 	if _, ok := m.Bytes("k"); ok {
@@ -133,12 +133,12 @@ func TestPartitionAffectsOnlyThatClient(t *testing.T) {
 	if _, err := b.Put(ctx, "k", []byte("b"), bucket.IfAbsent); err != nil {
 		t.Fatalf("client b: %v", err)
 	}
-	if _, err := m.Get(ctx, "k"); err != nil {
+	if _, err := m.Get(ctx, "k", 0); err != nil {
 		t.Fatalf("the Mem itself (client \"\"): %v", err)
 	}
 
 	m.Partition("a", false)
-	if o, err := a.Get(ctx, "k"); err != nil || string(o.Body) != "b" {
+	if o, err := a.Get(ctx, "k", 0); err != nil || string(o.Body) != "b" {
 		t.Fatalf("healed client a: %q, %v", o.Body, err)
 	}
 
@@ -167,9 +167,9 @@ func TestSkipTimesAndMatching(t *testing.T) {
 
 	var got []bool
 	for range 7 {
-		_, err := m.Get(ctx, "a/1")
+		_, err := m.Get(ctx, "a/1", 0)
 		got = append(got, err == nil)
-		if _, err := m.Get(ctx, "b/1"); err != nil {
+		if _, err := m.Get(ctx, "b/1", 0); err != nil {
 			t.Fatalf("other prefix: %v", err)
 		}
 		if _, err := m.Head(ctx, "a/1"); err != nil {
@@ -185,16 +185,16 @@ func TestSkipTimesAndMatching(t *testing.T) {
 	m.Inject(fakes3.Rule{Key: "b/1", Fault: fakes3.Conflict})
 	m.Inject(fakes3.Rule{Match: func(op fakes3.Op, key string) bool { return op == fakes3.OpHead && key == "a/1" },
 		Fault: fakes3.SlowDown})
-	if _, err := m.Get(ctx, "a/1"); err != nil {
+	if _, err := m.Get(ctx, "a/1", 0); err != nil {
 		t.Fatalf("removed rule still applies: %v", err)
 	}
-	if _, err := m.Get(ctx, "b/1"); !errors.Is(err, bucket.ErrConflict) {
+	if _, err := m.Get(ctx, "b/1", 0); !errors.Is(err, bucket.ErrConflict) {
 		t.Fatalf("exact key rule: %v", err)
 	}
 	if _, err := m.Head(ctx, "a/1"); !errors.Is(err, bucket.ErrUnavailable) {
 		t.Fatalf("match func rule: %v", err)
 	}
-	if _, err := m.Get(ctx, "a/1"); err != nil {
+	if _, err := m.Get(ctx, "a/1", 0); err != nil {
 		t.Fatalf("match func rule hit a get: %v", err)
 	}
 }
@@ -249,7 +249,7 @@ func TestLatencyIsVirtualTime(t *testing.T) {
 			t.Fatalf("two matching rules took %v, want their sum, 5s", d)
 		}
 		start = time.Now()
-		if _, err := m.Get(t.Context(), "k"); err != nil {
+		if _, err := m.Get(t.Context(), "k", 0); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(start); d != 0 {
@@ -299,7 +299,7 @@ func TestDropBlocksUntilDeadline(t *testing.T) {
 			cancel()
 		}()
 		start = time.Now()
-		if _, err := m.Get(ctx, "k"); !errors.Is(err, bucket.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		if _, err := m.Get(ctx, "k", 0); !errors.Is(err, bucket.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("dropped get: %v", err)
 		}
 		if d := time.Since(start); d != 2*time.Second {
@@ -317,14 +317,14 @@ func TestCounts(t *testing.T) {
 	_, _ = c.Put(ctx, "a", []byte("2"), bucket.IfAbsent) // refused, still counted
 	_, _ = m.Put(ctx, "b", []byte("1"), bucket.None)
 	before := m.Counts()
-	_, _ = m.Get(ctx, "a")
-	_, _ = c.Get(ctx, "missing")
+	_, _ = m.Get(ctx, "a", 0)
+	_, _ = c.Get(ctx, "missing", 0)
 	_, _ = m.Head(ctx, "a")
 	_ = m.Delete(ctx, "b", bucket.None)
 	_, _ = m.List(ctx, bucket.ListInput{})
 	_, _ = m.List(ctx, bucket.ListInput{Prefix: "a"})
 	m.Inject(fakes3.Rule{Fault: fakes3.ErrBefore})
-	_, _ = m.Get(ctx, "a") // failed, still counted
+	_, _ = m.Get(ctx, "a", 0) // failed, still counted
 	_, _ = m.Bytes("a")
 	_ = m.Keys("")
 

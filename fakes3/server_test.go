@@ -146,7 +146,7 @@ func TestServerETagsAgree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := tg.Bucket.Get(ctx, key)
+		o, err := tg.Bucket.Get(ctx, key, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +212,7 @@ func TestServerPersists(t *testing.T) {
 
 	_, url2 := startServer(t, opts)
 	b2 := open(url2)
-	o, err := b2.Get(t.Context(), "k")
+	o, err := b2.Get(t.Context(), "k", 0)
 	if err != nil || string(o.Body) != "kept" || o.ETag != etag {
 		t.Fatalf("after restart: %q %s, %v; want kept %s", o.Body, o.ETag, err, etag)
 	}
@@ -292,7 +292,7 @@ func TestServerCompareAndSwapCounter(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for done := 0; done < incs; {
-				o, err := b.Get(ctx, "n")
+				o, err := b.Get(ctx, "n", 0)
 				if err != nil {
 					t.Error(err)
 					return
@@ -313,7 +313,7 @@ func TestServerCompareAndSwapCounter(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	o, err := b.Get(ctx, "n")
+	o, err := b.Get(ctx, "n", 0)
 	if err != nil || string(o.Body) != strconv.Itoa(workers*incs) {
 		t.Fatalf("counter = %q, %v; want %d", o.Body, err, workers*incs)
 	}

@@ -154,10 +154,12 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 // read returns own.json as a Current plus its ETag.
 func (n *Node) read(ctx context.Context, cell string) (Current, string, error) {
 	key := CellKey(cell)
-	obj, err := n.b.Get(ctx, key)
+	obj, err := getRecord(ctx, n.b, key, "ownership record")
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
 		return Current{}, "", nil
+	case errors.Is(err, bucket.ErrTooLarge):
+		return Current{Exists: true, Corrupt: true}, obj.ETag, nil
 	case err != nil:
 		return Current{}, "", err
 	}
@@ -176,11 +178,13 @@ func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, st
 	var err error
 	for i := 0; i < 6; i++ {
 		var obj bucket.Object
-		obj, err = n.b.Get(ctx, key)
+		obj, err = getRecord(ctx, n.b, key, "ownership record")
 		switch {
 		case err == nil:
 			rec, perr := ParseRecord(key, obj.Body)
 			return perr == nil && rec.Nonce == want.Nonce && rec.Epoch == want.Epoch, obj.ETag, nil
+		case errors.Is(err, bucket.ErrTooLarge):
+			return false, obj.ETag, nil // garbage, not our record
 		case errors.Is(err, bucket.ErrNotFound):
 			return false, "", nil
 		}
@@ -277,14 +281,17 @@ func ReleaseCell(ctx context.Context, b bucket.Bucket, cell, node string, force 
 	}
 	key := CellKey(cell)
 	for attempt := 0; attempt < 8; attempt++ {
-		obj, err := b.Get(ctx, key)
+		obj, err := getRecord(ctx, b, key, "ownership record")
 		if errors.Is(err, bucket.ErrNotFound) {
 			return Record{}, bucket.Errorf(bucket.CodeNotHolder, "release %s: cell was never claimed", cell)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, bucket.ErrTooLarge) {
 			return Record{}, bucket.Wrap(err, "release %s", cell)
 		}
 		cur, perr := ParseRecord(key, obj.Body)
+		if err != nil {
+			cur, perr = Record{}, err // too large: garbage, like a record that does not parse
+		}
 		switch {
 		case perr != nil && !force:
 			return Record{}, bucket.Wrap(perr, "release %s", cell)
@@ -307,7 +314,7 @@ func ReleaseCell(ctx context.Context, b bucket.Bucket, cell, node string, force 
 		case errors.Is(err, bucket.ErrPrecondition), errors.Is(err, bucket.ErrConflict):
 			continue
 		default:
-			got, gerr := b.Get(ctx, key)
+			got, gerr := getRecord(ctx, b, key, "ownership record")
 			if gerr == nil {
 				if r, perr := ParseRecord(key, got.Body); perr == nil && r.Nonce == rec.Nonce {
 					return rec, nil
@@ -326,7 +333,7 @@ func Inspect(ctx context.Context, b bucket.Bucket, cell string) (rec Record, exi
 	if err := ValidateName("cell", cell); err != nil {
 		return Record{}, false, err
 	}
-	obj, err := b.Get(ctx, CellKey(cell))
+	obj, err := getRecord(ctx, b, CellKey(cell), "ownership record")
 	if errors.Is(err, bucket.ErrNotFound) {
 		return Record{}, false, nil
 	}

@@ -110,6 +110,10 @@ type Observation struct {
 	// TTL the node advertises in its lease (ttl_ms). It is a duration, not
 	// a timestamp, so using it compares no clocks.
 	TTL time.Duration
+	// Corrupt is the DEED-E030 error when the lease exists but is not a
+	// valid node lease (too large, not JSON, or with fields no node
+	// writes); such a lease is judged by its ETag alone.
+	Corrupt string
 
 	atMS int64 // the lease's at_ms; read only by a deliberately broken rule (broken.go)
 }
@@ -174,9 +178,35 @@ func RenewTimeout(now, deadline time.Time, p Params) time.Duration {
 	return min(left, deadline.Sub(now))
 }
 
-// Validate checks margin < TTL/3 < TTL.
+// The range of a node lease's TTL, the one place it is decided. Below a
+// second, a node renewing every TTL/3 and fencing itself at TTL−margin has
+// a few hundred milliseconds for a renewal: one slow PUT at an object
+// store's tail latency would fence it. Above an hour, a crashed node's cells
+// stay blocked for over an hour, which no deployment wants; and since
+// observers wait for the TTL a lease advertises, the upper bound is also
+// the longest any lease (or garbage written in its place) can make a peer
+// wait. Durations near 2^63 ns would overflow deadline arithmetic.
+const (
+	MinTTL = time.Second
+	MaxTTL = time.Hour
+)
+
+// ValidateTTL refuses a TTL outside MinTTL..MaxTTL with DEED-E040. Every
+// TTL deed takes (a Node's config, the CLI's --ttl flags, a peer's lease)
+// goes through it.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return bucket.Errorf(bucket.CodeBadRequest, "invalid ttl %v: must be %v..%v", ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+// Validate checks the TTL's range (ValidateTTL) and margin < TTL/3.
 func (p Params) Validate() error {
-	if p.TTL <= 0 || p.Margin < 0 || p.Margin >= p.TTL/3 {
+	if err := ValidateTTL(p.TTL); err != nil {
+		return err
+	}
+	if p.Margin < 0 || p.Margin >= p.TTL/3 {
 		return bucket.Errorf(bucket.CodeBadRequest, "invalid timings: need 0 <= margin (%v) < ttl/3 (%v)", p.Margin, p.TTL/3)
 	}
 	return nil

@@ -19,10 +19,10 @@ type timeoutBucket struct {
 	d time.Duration
 }
 
-func (t timeoutBucket) Get(ctx context.Context, k string) (bucket.Object, error) {
+func (t timeoutBucket) Get(ctx context.Context, k string, max int64) (bucket.Object, error) {
 	ctx, c := context.WithTimeout(ctx, t.d)
 	defer c()
-	return t.b.Get(ctx, k)
+	return t.b.Get(ctx, k, max)
 }
 func (t timeoutBucket) Head(ctx context.Context, k string) (bucket.Info, error) {
 	ctx, c := context.WithTimeout(ctx, t.d)

@@ -102,6 +102,9 @@ func NewNode(b bucket.Bucket, cfg Config) (*Node, error) {
 	if err := cfg.params().Validate(); err != nil {
 		return nil, err
 	}
+	if len(cfg.Addr) > MaxAddrLen {
+		return nil, bucket.Errorf(bucket.CodeBadRequest, "node %s: address of %d bytes, limit %d", cfg.Name, len(cfg.Addr), MaxAddrLen)
+	}
 	if cfg.ClaimAttempts <= 0 {
 		cfg.ClaimAttempts = 8
 	}
@@ -220,14 +223,19 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 	var watchedSince time.Time
 	var watchedETag string
 	for {
-		obj, err := n.b.Get(ctx, key)
+		obj, err := getRecord(ctx, n.b, key, "node lease")
 		cond := bucket.IfAbsent
 		switch {
 		case errors.Is(err, bucket.ErrNotFound):
-		case err != nil:
+		case err != nil && !errors.Is(err, bucket.ErrTooLarge):
 			return time.Time{}, err
 		default:
-			rec, perr := parseNodeRecord(key, obj.Body)
+			// Garbage (too large, or not a lease) is taken over at once,
+			// with If-Match on the version read, like a released lease.
+			rec, perr := parseNodeRecord(key, n.cfg.Name, obj.Body)
+			if err != nil {
+				rec, perr = NodeRecord{}, err
+			}
 			mine := perr == nil && rec.Incarnation == n.incarnation
 			if perr == nil && !rec.Released && !mine {
 				now := time.Now()
@@ -266,7 +274,7 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 		case errors.Is(err, bucket.ErrPrecondition):
 			continue // someone moved it: look again
 		case errors.Is(err, bucket.ErrConflict), errors.Is(err, bucket.ErrAmbiguous):
-			got, gerr := n.b.Get(ctx, key)
+			got, gerr := getRecord(ctx, n.b, key, "node lease")
 			if gerr != nil || string(got.Body) != string(body) {
 				// Did not land, or cannot tell yet: back off, decide again.
 				if err := sleepCtx(ctx, backoffStep(p)); err != nil {
@@ -435,10 +443,13 @@ func (n *Node) renew(ctx context.Context, deadline time.Time) (string, error) {
 //   - it cannot be read: "error", retry (the next 412, if any, comes back
 //     here).
 func (n *Node) settleLease(ctx context.Context, key string, sent []byte, cause error) (string, error) {
-	got, err := n.b.Get(ctx, key)
+	got, err := getRecord(ctx, n.b, key, "node lease")
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
 		return "deleted", fmt.Errorf("node lease %s was deleted: %w", key, cause)
+	case errors.Is(err, bucket.ErrTooLarge):
+		// Garbage in place of the lease: someone else's write, judged by
+		// its ETag below like any other.
 	case err != nil:
 		return "error", fmt.Errorf("%w (read back: %v)", cause, err)
 	}
@@ -452,7 +463,7 @@ func (n *Node) settleLease(ctx context.Context, key string, sent []byte, cause e
 	if current {
 		return "error", cause // nothing landed; retry
 	}
-	if rec, perr := parseNodeRecord(key, got.Body); perr == nil && rec.Incarnation == n.incarnation && !rec.Released {
+	if rec, perr := parseNodeRecord(key, n.cfg.Name, got.Body); perr == nil && rec.Incarnation == n.incarnation && !rec.Released {
 		n.setETag(got.ETag)
 		n.log.Info("an earlier renewal had landed; adopting it", "seq", rec.Seq)
 		return "error", cause
@@ -554,7 +565,7 @@ func (n *Node) releaseNodeLease(ctx context.Context) error {
 	body, etag := n.nextLeaseVersion(true)
 	_, err := n.b.Put(ctx, key, body, bucket.IfMatch(etag))
 	if errors.Is(err, bucket.ErrAmbiguous) {
-		if got, gerr := n.b.Get(ctx, key); gerr == nil && string(got.Body) == string(body) {
+		if got, gerr := getRecord(ctx, n.b, key, "node lease"); gerr == nil && string(got.Body) == string(body) {
 			return nil
 		}
 	}

@@ -103,25 +103,33 @@ func (o *Observer) observe(ctx context.Context, node, inc string) (Observation, 
 // ETag is unchanged.
 func (o *Observer) fetch(ctx context.Context, node string) error {
 	sent := time.Now()
-	obj, err := o.b.Get(ctx, NodeKey(node))
+	obj, err := getRecord(ctx, o.b, NodeKey(node), "node lease")
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
 		o.record(Observation{Node: node}, sent, sent)
 		return nil
-	case err != nil:
+	case err != nil && !errors.Is(err, bucket.ErrTooLarge):
 		return fmt.Errorf("observe node %s: %w", node, err)
 	}
-	rec, perr := parseNodeRecord(obj.Key, obj.Body)
+	rec, perr := parseNodeRecord(NodeKey(node), node, obj.Body)
+	if err != nil {
+		perr = err
+	}
 	ob := Observation{Node: node, Exists: true, ETag: obj.ETag}
 	if perr == nil {
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
-		ob.TTL = time.Duration(rec.TTLMS) * time.Millisecond
+		ob.TTL = rec.TTL()
 		if brokenWallClockDeath {
 			ob.atMS = rec.AtMS
 		}
+	} else {
+		ob.Corrupt = perr.Error()
 	}
 	// A lease that does not parse still changes ETag while its writer
-	// renews it, so it is judged by ETag alone like any other.
+	// renews it, so it is judged by ETag alone like any other, with this
+	// observer's TTL: nothing it advertises is believed, so garbage can
+	// neither keep a node alive longer nor have it judged dead sooner than
+	// a lease of this observer's TTL.
 	//
 	// A version seen for the first time is stamped when the answer came
 	// back, never earlier (not at now, which may precede the GET): a slow
@@ -176,6 +184,9 @@ type NodeView struct {
 	Released  bool          `json:"released"`
 	Exists    bool          `json:"exists"`
 	Unchanged time.Duration `json:"unchanged_ns"` // how long the ETag has been seen unchanged
+	// Corrupt is the DEED-E030 error of a lease that is not a valid node
+	// lease (see Observation.Corrupt); "" for a valid one.
+	Corrupt string `json:"corrupt,omitempty"`
 }
 
 // View judges every observed node at now.
@@ -193,7 +204,7 @@ func (o *Observer) View() []NodeView {
 
 func (o *Observer) view(ob Observation, now time.Time) NodeView {
 	return NodeView{Node: ob.Node, Addr: ob.Addr, Alive: Alive(ob, now, o.p), Released: ob.Released,
-		Exists: ob.Exists, Unchanged: now.Sub(ob.FirstSeen)}
+		Exists: ob.Exists, Unchanged: now.Sub(ob.FirstSeen), Corrupt: ob.Corrupt}
 }
 
 // Alive judges one node from this observer's history (false if never seen).

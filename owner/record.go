@@ -1,13 +1,40 @@
 package owner
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/deedkit/deed/bucket"
 )
+
+// MaxRecordLen bounds what deed reads of an ownership record (own.json) or a
+// node lease. Both are small JSON objects deed writes itself (a few hundred
+// bytes; a node's Addr is limited to MaxAddrLen), so anything larger is not
+// a record: it is refused as DEED-E030 from its announced size, and at most
+// MaxRecordLen+1 bytes of it are ever read.
+const MaxRecordLen = 64 << 10
+
+// MaxAddrLen bounds Config.Addr, so that a node lease always fits
+// MaxRecordLen.
+const MaxAddrLen = 4096
+
+// getRecord reads an ownership record or node lease (what names it in the
+// error), at most MaxRecordLen bytes of it. An object over the limit comes
+// back with its key and ETag, no body, and a DEED-E030 error that matches
+// bucket.ErrTooLarge: it is garbage deed cannot have written, which a
+// forced claim or a lease takeover may still replace with If-Match.
+func getRecord(ctx context.Context, b bucket.Bucket, key, what string) (bucket.Object, error) {
+	obj, err := b.Get(ctx, key, MaxRecordLen)
+	if errors.Is(err, bucket.ErrTooLarge) {
+		return obj, bucket.Errorf(bucket.CodeCorruptOwner, "corrupt %s %s: %w", what, key, err)
+	}
+	return obj, err
+}
 
 // Record is the body of cells/<cell>/own.json. Node "" means released.
 //
@@ -70,13 +97,31 @@ type NodeRecord struct {
 	Released    bool   `json:"released,omitempty"`
 }
 
-func parseNodeRecord(key string, body []byte) (NodeRecord, error) {
+// parseNodeRecord decodes the node lease of node read from key. A body that
+// is not JSON, names another node, has no incarnation, or advertises a TTL
+// outside MinTTL..MaxTTL is DEED-E030: no deed node writes one, and its
+// fields (above all ttl_ms, which makes peers wait) must not be believed.
+func parseNodeRecord(key, node string, body []byte) (NodeRecord, error) {
+	corrupt := func(format string, args ...any) error {
+		return bucket.Errorf(bucket.CodeCorruptOwner, "corrupt node lease %s: %s", key, fmt.Sprintf(format, args...))
+	}
 	var r NodeRecord
 	if err := json.Unmarshal(body, &r); err != nil {
-		return NodeRecord{}, bucket.Errorf(bucket.CodeCorruptOwner, "corrupt node lease %s: %w", key, err)
+		return NodeRecord{}, corrupt("%v", err)
+	}
+	switch {
+	case r.Node != node:
+		return NodeRecord{}, corrupt("names node %q", r.Node)
+	case r.Incarnation == "":
+		return NodeRecord{}, corrupt("no incarnation")
+	case r.TTLMS < MinTTL.Milliseconds() || r.TTLMS > MaxTTL.Milliseconds():
+		return NodeRecord{}, corrupt("ttl_ms %d outside %v..%v", r.TTLMS, MinTTL, MaxTTL)
 	}
 	return r, nil
 }
+
+// TTL is the TTL the lease advertises; parseNodeRecord has checked its range.
+func (r NodeRecord) TTL() time.Duration { return time.Duration(r.TTLMS) * time.Millisecond }
 
 func (r NodeRecord) marshal() []byte {
 	b, err := json.Marshal(r)

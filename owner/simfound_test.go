@@ -179,8 +179,8 @@ type slowReplies struct {
 	delay atomic.Int64
 }
 
-func (s *slowReplies) Get(ctx context.Context, key string) (bucket.Object, error) {
-	obj, err := s.Bucket.Get(ctx, key)
+func (s *slowReplies) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
+	obj, err := s.Bucket.Get(ctx, key, max)
 	if key == s.key {
 		time.Sleep(time.Duration(s.delay.Load()))
 	}
@@ -347,7 +347,7 @@ func TestProvenDeadIncarnationIsTakenOverWithoutReadingItsLease(t *testing.T) {
 // simulation's first report.)
 func TestRenewalInFlightNeverOutlivesTheFenceDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const ttl, margin = 100 * time.Millisecond, 10 * time.Millisecond
+		const ttl, margin = time.Second, 10 * time.Millisecond // the least TTL (owner.MinTTL), with a margin far below the floor
 		m := fakes3.NewMem()
 		var fencedAt atomic.Int64
 		a, err := owner.NewNode(m.Client("a"), owner.Config{Name: "a", TTL: ttl, Margin: margin,

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 
 	"github.com/deedkit/deed/bucket"
 )
@@ -58,6 +59,14 @@ const (
 	// maxMarkerLen is the largest a seal or tombstone can be; GC reads
 	// every .ltx file at most this big to tell records from markers.
 	maxMarkerLen = headerLen + MaxTokenLen + 8 + trailerLen
+	// MaxFileLen bounds a transaction (.ltx) or snapshot file, framing
+	// included. Encode refuses to build a larger one (DEED-E040), and a read
+	// refuses a larger object as DEED-E031 from the size the store
+	// announces, holding at most MaxFileLen+1 bytes of it: one request's
+	// memory is bounded whatever sits in a slot. 16 MiB is four default
+	// group commits (DefaultMaxBatchBytes) and sixteen of the daemon's
+	// largest records; a snapshot's state must fit it too.
+	MaxFileLen = 16 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -137,8 +146,8 @@ func Encode(f *File) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("encode file: unknown kind %d", f.Kind)
 	}
-	if uint64(len(payload)) > 1<<32-1-headerLen-MaxTokenLen-trailerLen {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: payload of %d bytes is too large", f.Kind, len(payload))
+	if size := headerLen + len(f.Token) + len(payload) + trailerLen; size > MaxFileLen {
+		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: %d bytes, limit %d (MaxFileLen)", f.Kind, size, MaxFileLen)
 	}
 	b := make([]byte, headerLen, headerLen+len(f.Token)+len(payload)+trailerLen)
 	copy(b, fileMagic)
@@ -158,9 +167,18 @@ func Encode(f *File) ([]byte, error) {
 // Decode parses and verifies a file read from key. Any damage — a short or
 // over-long body, a bad magic, version or kind, a checksum mismatch, a
 // header that names another slot than the key — is DEED-E031 naming the key.
+//
+// Decode accepts only what Encode produces: a file that decodes encodes
+// back to the same bytes. So it also refuses what Encode never writes — a
+// file over MaxFileLen, a token over MaxTokenLen, a record length in a
+// longer varint than needed, a slot number or positions that would wrap
+// around (the next slot or position after the file must exist).
 func Decode(key string, body []byte) (*File, error) {
 	corrupt := func(format string, args ...any) error {
 		return bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	if len(body) > MaxFileLen {
+		return nil, corrupt("%d bytes, limit %d", len(body), MaxFileLen)
 	}
 	if len(body) < headerLen+trailerLen {
 		return nil, corrupt("truncated: %d bytes, header needs %d", len(body), headerLen+trailerLen)
@@ -170,6 +188,9 @@ func Decode(key string, body []byte) (*File, error) {
 	}
 	tokenLen := int(binary.BigEndian.Uint16(body[6:]))
 	payloadLen := int(binary.BigEndian.Uint32(body[36:]))
+	if tokenLen > MaxTokenLen {
+		return nil, corrupt("token of %d bytes, limit %d", tokenLen, MaxTokenLen)
+	}
 	if want := headerLen + tokenLen + payloadLen + trailerLen; len(body) != want {
 		if len(body) < want {
 			return nil, corrupt("truncated: %d bytes, header says %d", len(body), want)
@@ -190,6 +211,9 @@ func Decode(key string, body []byte) (*File, error) {
 		Pos:   Pos(binary.BigEndian.Uint64(body[24:])),
 		Token: string(body[headerLen : headerLen+tokenLen]),
 	}
+	if f.TxID == math.MaxUint64 {
+		return nil, corrupt("txid %d has no successor", uint64(f.TxID))
+	}
 	count := int(binary.BigEndian.Uint32(body[32:]))
 	payload := body[headerLen+tokenLen : end]
 	switch f.Kind {
@@ -204,6 +228,9 @@ func Decode(key string, body []byte) (*File, error) {
 			if k <= 0 || n > uint64(len(p)-k) {
 				return nil, corrupt("record %d of %d overruns the payload", i+1, count)
 			}
+			if k != uvarintLen(n) {
+				return nil, corrupt("record %d of %d: length %d in a %d-byte varint (not minimal)", i+1, count, n, k)
+			}
 			f.Records = append(f.Records, p[k:k+int(n):k+int(n)])
 			p = p[k+int(n):]
 		}
@@ -212,6 +239,9 @@ func Decode(key string, body []byte) (*File, error) {
 		}
 		if f.Pos == 0 {
 			return nil, corrupt("records file without a position")
+		}
+		if uint64(count) > math.MaxUint64-uint64(f.Pos) {
+			return nil, corrupt("%d records from position %d overflow", count, uint64(f.Pos))
 		}
 	case KindSeal, KindTombstone:
 		if count != 0 || len(payload) != 8 {
@@ -235,4 +265,13 @@ func Decode(key string, body []byte) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// uvarintLen is the length of the minimal (binary.AppendUvarint) encoding of n.
+func uvarintLen(n uint64) int {
+	k := 1
+	for ; n >= 0x80; n >>= 7 {
+		k++
+	}
+	return k
 }

@@ -48,14 +48,15 @@ type Option func(*config)
 
 // WithMaxBatch bounds one group commit: at most records records and about
 // bytes bytes of payload per transaction file (a single larger record still
-// goes alone). Zero keeps the default.
+// goes alone). Zero keeps the default; bytes is capped at MaxFileLen/2, so
+// that a batch of records that each fit a file also fits one.
 func WithMaxBatch(records, bytes int) Option {
 	return func(c *config) {
 		if records > 0 {
 			c.maxBatchRecords = records
 		}
 		if bytes > 0 {
-			c.maxBatchBytes = bytes
+			c.maxBatchBytes = min(bytes, MaxFileLen/2)
 		}
 	}
 }
@@ -153,7 +154,7 @@ func (s *store) retry(ctx context.Context, attempts int, op func(ctx context.Con
 		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 		err := op(actx)
 		cancel()
-		if err == nil || permanent(err) || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) {
+		if err == nil || permanent(err) || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) || errors.Is(err, bucket.ErrTooLarge) {
 			return err
 		}
 		if ctx.Err() != nil || (attempts > 0 && i+1 >= attempts) {
@@ -165,10 +166,12 @@ func (s *store) retry(ctx context.Context, attempts int, op func(ctx context.Con
 	}
 }
 
-// get reads key; found is false when it does not exist.
+// get reads key; found is false when it does not exist. An object over
+// MaxFileLen is DEED-E031 (matching bucket.ErrTooLarge), refused before its
+// body is read.
 func (s *store) get(ctx context.Context, key string) (body []byte, found bool, err error) {
 	err = s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
-		obj, err := s.b.Get(ctx, key)
+		obj, err := s.b.Get(ctx, key, MaxFileLen)
 		body = obj.Body
 		return err
 	})
@@ -177,6 +180,8 @@ func (s *store) get(ctx context.Context, key string) (body []byte, found bool, e
 		return body, true, nil
 	case errors.Is(err, bucket.ErrNotFound):
 		return nil, false, nil
+	case errors.Is(err, bucket.ErrTooLarge):
+		return nil, false, bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: %w", key, err)
 	}
 	return nil, false, bucket.Wrap(err, "read %s", key)
 }
@@ -263,6 +268,8 @@ func (s *store) create(ctx context.Context, key string, body []byte) (theirs *Fi
 		// 412 (someone's bytes are there) or an unknown outcome: read back.
 		got, found, rerr := s.get(ctx, key)
 		switch {
+		case errors.Is(rerr, bucket.ErrTooLarge):
+			return nil, rerr // someone else's bytes, and not a file: DEED-E031
 		case rerr != nil:
 			last = rerr
 			if permanent(rerr) {

@@ -225,7 +225,7 @@ func runPhases(ctx context.Context, b bucket.Bucket, bf benchFlags, pr *progress
 
 	if n := int(written.Load()); n > 0 {
 		rep.Get, err = runPhase(ctx, "get", 1, bf, pr, func(ctx context.Context, i int) error {
-			_, err := b.Get(ctx, fmt.Sprintf("put/%08d", i%n))
+			_, err := b.Get(ctx, fmt.Sprintf("put/%08d", i%n), 0) // its own objects
 			return err
 		})
 		if err != nil {

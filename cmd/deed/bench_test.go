@@ -59,7 +59,7 @@ func closeDaemon(t testing.TB, d *daemon) {
 // own per-cell state and nothing else.
 type nullStore struct{}
 
-func (nullStore) Get(_ context.Context, key string) (bucket.Object, error) {
+func (nullStore) Get(_ context.Context, key string, _ int64) (bucket.Object, error) {
 	return bucket.Object{}, bucket.Classify("get", key, bucket.None, 404, "NoSuchKey", nil)
 }
 

@@ -284,7 +284,7 @@ func TestClaimHoldWaitRelease(t *testing.T) {
 	}
 	t.Logf("waiter claimed %v after the release", time.Since(released))
 	// The holder released its node lease too.
-	obj, err := e.b.Get(t.Context(), owner.NodeKey("a"))
+	obj, err := e.b.Get(t.Context(), owner.NodeKey("a"), 0)
 	if err != nil || !strings.Contains(string(obj.Body), `"released":true`) {
 		t.Fatalf("node lease of a after hold: %s %v", obj.Body, err)
 	}

@@ -82,6 +82,9 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 			if wait < 0 {
 				return bucket.Errorf(bucket.CodeBadRequest, "--wait %v: must not be negative", wait)
 			}
+			if err := owner.ValidateTTL(ttl); err != nil {
+				return bucket.Wrap(err, "--ttl")
+			}
 			b, _, err := cfg.openBucket(ctx)
 			if err != nil {
 				return err

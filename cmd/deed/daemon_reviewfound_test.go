@@ -20,7 +20,7 @@ func TestDaemonCloseAfterAClaimRacedAFence(t *testing.T) {
 	// not treat as durably blocking.
 	func() {
 		m := fakes3.NewMem()
-		const ttl = 600 * time.Millisecond
+		const ttl = owner.MinTTL
 		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, m.Client("a"), slog.New(slog.DiscardHandler), newMetrics())
 		if err != nil {
 			t.Fatal(err)

@@ -122,6 +122,9 @@ is CMD's.`,
 			if wait < 0 || grace < 0 {
 				return bucket.Errorf(bucket.CodeBadRequest, "--wait and --grace must not be negative")
 			}
+			if err := owner.ValidateTTL(ttl); err != nil {
+				return bucket.Wrap(err, "--ttl")
+			}
 			path, err := exec.LookPath(argv[0])
 			if err != nil {
 				return bucket.Errorf(bucket.CodeBadRequest, "exec %s: cannot run %q: %w", cell, argv[0], err)

@@ -27,7 +27,7 @@ func TestExecEnvAndStatus(t *testing.T) {
 	if rec, _ := e.record(t, "job"); !rec.Released() || rec.Epoch != 1 {
 		t.Fatalf("record after exec: %+v", rec)
 	}
-	obj, err := e.b.Get(t.Context(), owner.NodeKey("e1"))
+	obj, err := e.b.Get(t.Context(), owner.NodeKey("e1"), 0)
 	if err != nil || !strings.Contains(string(obj.Body), `"released":true`) {
 		t.Fatalf("node lease after exec: %s %v", obj.Body, err)
 	}

@@ -84,9 +84,9 @@ func (i instrumented) observe(op string, start time.Time, err error) {
 	i.m.s3Latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
 
-func (i instrumented) Get(ctx context.Context, key string) (bucket.Object, error) {
+func (i instrumented) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	start := time.Now()
-	o, err := i.b.Get(ctx, key)
+	o, err := i.b.Get(ctx, key, max)
 	i.observe("get", start, err)
 	return o, err
 }

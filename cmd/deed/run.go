@@ -13,6 +13,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/owner"
 )
 
 const envToken = "DEED_TOKEN"
@@ -81,6 +82,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	}
 	if rf.maxBody <= 0 || rf.maxLimit <= 0 {
 		return bucket.Errorf(bucket.CodeBadRequest, "--max-body and --max-limit must be positive")
+	}
+	if err := owner.ValidateTTL(rf.ttl); err != nil {
+		return bucket.Wrap(err, "--ttl")
 	}
 	if rf.advertise == "" {
 		rf.advertise = "http://" + rf.listen

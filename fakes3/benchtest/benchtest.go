@@ -122,9 +122,9 @@ func (c *Counted) count(n *atomic.Int64, key string) {
 	}
 }
 
-func (c *Counted) Get(ctx context.Context, key string) (bucket.Object, error) {
+func (c *Counted) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	c.count(&c.get, key)
-	return c.B.Get(ctx, key)
+	return c.B.Get(ctx, key, max)
 }
 
 func (c *Counted) Head(ctx context.Context, key string) (bucket.Info, error) {

@@ -41,7 +41,7 @@ func TestTargetsAreFreshAndWork(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o, err := c.Get(t.Context(), "k"); err != nil || string(o.Body) != "a" {
+		if o, err := c.Get(t.Context(), "k", 0); err != nil || string(o.Body) != "a" {
 			t.Fatalf("%s: second client: %q, %v", a.Name, o.Body, err)
 		}
 	}

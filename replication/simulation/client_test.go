@@ -65,13 +65,13 @@ func wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (c *client) Get(ctx context.Context, key string) (bucket.Object, error) {
+func (c *client) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := c.gate(ctx); err != nil {
 		return bucket.Object{}, bucket.Classify("get", key, bucket.None, 0, "", err)
 	}
-	obj, err := c.b.Get(ctx, key)
+	obj, err := c.b.Get(ctx, key, max)
 	if rerr := c.reply(ctx, fakes3.OpGet); rerr != nil {
 		return bucket.Object{}, bucket.Classify("get", key, bucket.None, 0, "", rerr)
 	}

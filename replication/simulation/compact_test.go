@@ -271,11 +271,11 @@ func (o *gcClient) delay(ctx context.Context, op fakes3.Op, key string) error {
 	return nil
 }
 
-func (o *gcClient) Get(ctx context.Context, key string) (bucket.Object, error) {
+func (o *gcClient) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	if err := o.delay(ctx, fakes3.OpGet, key); err != nil {
 		return bucket.Object{}, err
 	}
-	return o.b.Get(ctx, key)
+	return o.b.Get(ctx, key, max)
 }
 
 func (o *gcClient) Head(ctx context.Context, key string) (bucket.Info, error) {
