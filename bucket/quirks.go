@@ -163,8 +163,9 @@ var Quirks = []Quirk{
 			"generation number (ifGenerationMatch), not an ETag",
 		Behaviour: "a version is named by its generation; create-only is ifGenerationMatch=0",
 		Handling: "bucket/gcs hands out the generation as a decimal string wherever deed expects " +
-			"an ETag (Put, Get, Head, List) and sends it back as ifGenerationMatch; a non-numeric " +
-			"If-Match value is refused as DEED-E040 before any request",
+			"an ETag (Put, Get, Head, List) and sends it back as ifGenerationMatch; an If-Match " +
+			"value that is no generation names no version the bucket can hold, so it is " +
+			"ErrPrecondition without a request",
 	},
 	{
 		ID: QuirkSDKRetriesWrites,

@@ -110,13 +110,18 @@ func Open(ctx context.Context, loc bucket.Location, opts Options) (bucket.Bucket
 func etag(gen int64) string { return strconv.FormatInt(gen, 10) }
 
 // generation parses an ETag from etag back into a generation. Quotes are
-// ignored (bucket.UnquoteETag), as callers may quote ETags.
+// ignored (bucket.UnquoteETag), as callers may quote ETags. A value that
+// is no generation (an S3 or Azure ETag, say) names no version this
+// bucket can hold, so the If-Match cannot hold: ErrPrecondition, with
+// nothing sent. An empty one is a caller's mistake.
 func generation(op, key, tag string) (int64, error) {
-	s := bucket.UnquoteETag(tag)
-	g, err := strconv.ParseInt(s, 10, 64)
+	if tag == "" {
+		return 0, bucket.Errorf(bucket.CodeBadRequest, "%s %q: if-match with an empty etag", op, key)
+	}
+	g, err := strconv.ParseInt(bucket.UnquoteETag(tag), 10, 64)
 	if err != nil || g <= 0 {
-		return 0, bucket.Errorf(bucket.CodeBadRequest,
-			"%s %q: if-match etag %q is not a GCS generation (a positive decimal number)", op, key, tag)
+		return 0, &bucket.OpError{Op: op, Key: key, Kind: bucket.ErrPrecondition,
+			Err: fmt.Errorf("if-match etag %q is not a GCS generation (a positive decimal number)", tag)}
 	}
 	return g, nil
 }
