@@ -103,19 +103,8 @@ func TestProbeIgnoredConditionsFailE010(t *testing.T) {
 // fake and, under make test-s3, versitygw: both must pass, and a server
 // ignoring conditions must fail with DEED-E010.
 func TestProbeS3Targets(t *testing.T) {
-	type target struct {
-		Name   string
-		Bucket bucket.Bucket
-	}
-	var targets []target
-	for _, tg := range s3test.Targets(t) {
-		targets = append(targets, target{tg.Name, tg.Bucket})
-	}
 	// Under make test-stores: fake-gcs-server and Azurite too.
-	for _, tg := range storetest.Targets(t) {
-		targets = append(targets, target{tg.Name, tg.Bucket})
-	}
-	for _, tg := range targets {
+	for _, tg := range storetest.All(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			for i := range 2 { // twice: the race must not pass by luck, nor the first run leave anything
 				rep, err := bucket.Probe(t.Context(), tg.Bucket, bucket.ProbeOptions{})

@@ -34,6 +34,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/azblob"
 	"github.com/deedkit/deed/bucket/gcs"
+	"github.com/deedkit/deed/fakes3/s3test"
 )
 
 // The variables naming the emulators. Unset means: skip that target.
@@ -342,4 +343,25 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Named is a store by name, for tables that need nothing but the bucket.
+type Named struct {
+	Name   string
+	Bucket bucket.Bucket
+}
+
+// All returns every store a table runs on: the S3 targets of
+// s3test.Targets (the in-process HTTP fake, versitygw under make test-s3)
+// and the emulators of Targets (under make test-stores).
+func All(t testing.TB) []Named {
+	t.Helper()
+	var out []Named
+	for _, tg := range s3test.Targets(t) {
+		out = append(out, Named{tg.Name, tg.Bucket})
+	}
+	for _, tg := range Targets(t) {
+		out = append(out, Named{tg.Name, tg.Bucket})
+	}
+	return out
 }
