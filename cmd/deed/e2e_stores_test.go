@@ -1,17 +1,21 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/deedkit/deed/bucket/storetest"
 )
 
-// TestE2EStores runs the probe and the daemon scenarios of the S3
+// TestE2EStores runs the probe, a short bench and the daemon scenarios of the S3
 // end-to-end tests with the real binary on gs:// and az:// buckets, against
 // fake-gcs-server and Azurite (bucket/storetest; skipped with a log line
 // when DEED_FAKEGCS / DEED_AZURITE are unset, as in `make test`).
 func TestE2EStores(t *testing.T) {
+	if os.Getenv(storetest.EnvFakeGCS) == "" && os.Getenv(storetest.EnvAzurite) == "" {
+		t.Skipf("no emulator: %s and %s are unset (make test-stores sets them)", storetest.EnvFakeGCS, storetest.EnvAzurite)
+	}
 	deedBinary(t)
 	scenarios := []struct {
 		name string
@@ -34,6 +38,14 @@ func TestE2EStores(t *testing.T) {
 				if st != 0 || !strings.Contains(out, "verdict: PASS") {
 					t.Fatalf("deed probe on %s: exit %d:\n%s", tg.Name, st, out)
 				}
+			})
+			t.Run("bench", func(t *testing.T) {
+				c := storeCluster(tg, "bench")
+				st, out := c.cli(t, "bench", "--ops", "20", "--json")
+				if st != 0 || !strings.Contains(out, `"append"`) {
+					t.Fatalf("deed bench on %s: exit %d:\n%s", tg.Name, st, out)
+				}
+				t.Logf("deed bench on %s: %s", tg.Name, out)
 			})
 			for _, sc := range scenarios {
 				t.Run(sc.name, func(t *testing.T) { sc.run(t, storeCluster(tg, sc.name)) })
