@@ -6,7 +6,8 @@
 //
 // Each call starts an emulator process of its own on 127.0.0.1, stopped by
 // PID when the test ends (and killed by the kernel if the test binary dies
-// first), so no TestMain hook is needed. A started process must prove it is
+// first: the process handling is fakes3/s3test's), so no TestMain hook is
+// needed. A started process must prove it is
 // the one answering on its port: fake-gcs-server must serve an object
 // seeded from this call's own directory, Azurite must accept a request
 // signed with this call's random account key.
@@ -19,12 +20,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -195,18 +196,19 @@ func start(t testing.TB, name string, cmd func(addr string) *exec.Cmd, env []str
 	t.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		addr, err := freeAddr()
+		addr, err := s3test.FreeAddr()
 		if err != nil {
 			t.Fatalf("storetest: %s: %v", name, err)
 		}
 		c := cmd(addr)
 		c.Env = append(os.Environ(), env...)
 		c.Stderr = os.Stderr
-		setDeathSignal(c)
-		p, err := startProc(c)
+		s3test.SetDeathSignal(c)
+		done, exitErr, err := s3test.StartProcess(c)
 		if err != nil {
 			t.Fatalf("storetest: start %s: %v", name, err)
 		}
+		p := &proc{cmd: c, done: done, exitErr: exitErr}
 		endpoint := "http://" + addr
 		err = waitReady(name, endpoint, p, verify)
 		if err == nil {
@@ -220,35 +222,11 @@ func start(t testing.TB, name string, cmd func(addr string) *exec.Cmd, env []str
 	return ""
 }
 
-// proc is a started child and the outcome of waiting for it.
+// proc is a started emulator.
 type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
-// startProc starts cmd from a goroutine locked to its OS thread until the
-// child is reaped: the death signal fires when the forking thread exits,
-// and a pooled thread can be ended by the runtime at any time (see
-// fakes3/s3test, where this bit).
-func startProc(cmd *exec.Cmd) (*proc, error) {
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return p, nil
+	cmd     *exec.Cmd
+	done    <-chan struct{}
+	exitErr func() error
 }
 
 func (p *proc) stop(t testing.TB, name string) {
@@ -269,7 +247,7 @@ func waitReady(name, endpoint string, p *proc, verify func(context.Context, stri
 	for {
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited during start: %v", name, p.err)
+			return fmt.Errorf("%s exited during start: %v", name, p.exitErr())
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -285,18 +263,6 @@ func waitReady(name, endpoint string, p *proc, verify func(context.Context, stri
 	}
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("pick a port: %w", err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", fmt.Errorf("pick a port: %w", err)
-	}
-	return addr, nil
-}
-
 func httpGet(ctx context.Context, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -307,19 +273,14 @@ func httpGet(ctx context.Context, url string) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	var sb strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		sb.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return sb.String(), nil
+	return string(body), nil
 }
 
 func httpPost(ctx context.Context, url, body string) error {
