@@ -8,7 +8,19 @@
 #                 against fake-gcs-server and Azurite (installed on first use)
 #   make lint     gofmt + go vet
 #   make bench    benchmarks only
+#   make bench-peers  deed, Litestream's S3 leaser and sets3lock side by side
 #   make run      the node daemon on the embedded store (./deed-data)
+#   make release  static binaries for every platform + SHA256SUMS in dist/
+#                 (VERSION=v1.2.3; default: git describe)
+#   make release-check  build a release and verify its artifacts and checksums
+#   make image    OCI image of the linux binary, no Docker daemon needed
+#                 (dist/deed-image.tar; deploy/image is its own Go module)
+#   make image-check  build the image twice: same digest, config, binary runs
+#   make deploy-check  the Grafana dashboard and alert rules query real series
+#   make man      man pages from the command tree into dist/man
+#   make vuln     govulncheck (skipped, not failed, without its database;
+#                 VULNDB=file:///path uses a local copy)
+#   make vuln-selftest  make vuln fails on a finding, skips when offline
 #   make clean    remove build output
 
 GO ?= go
@@ -30,7 +42,7 @@ AZURITE := $(AZURITE_DIR)/node_modules/azurite/dist/src/blob/main.js
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-s3 versitygw test-stores fakegcs azurite lint bench run clean sim
+.PHONY: build test test-s3 versitygw test-stores fakegcs azurite lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -38,10 +50,17 @@ build:
 # The second line builds the deliberately broken protocol variants (the
 # deedbroken tag: never in a release build) and checks that the
 # simulation's checkers catch every one of them, and that replication's
-# step-by-step races break under the variants they pin.
+# step-by-step races break under the variants they pin. The last two fuzz
+# the .ltx decoder and encoder briefly (seeds: testdata/ltx and
+# replication/testdata/fuzz); a failing input is written to
+# replication/testdata/fuzz/ for `go test -run` to replay. FUZZTIME
+# lengthens them: make test FUZZTIME=5m.
+FUZZTIME ?= 10s
 test:
 	$(GO) test -race ./...
 	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
+	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 
 # sim: SEEDS seeds of the simulation from SEEDBASE on; a failing seed prints
 # the command that replays it.
@@ -104,11 +123,78 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# bench-peers: acquisition cost of deed, Litestream's S3 leaser and sets3lock
+# through one latency proxy in front of deed's fakes3 server, all on
+# 127.0.0.1. bench/peers is a Go module of its own, so the peers never
+# become deed's dependencies. PEERS_FLAGS="-delay 20ms -n 25 -ttl 10s".
+PEERS_FLAGS ?=
+bench-peers:
+	cd bench/peers && $(GO) run . $(PEERS_FLAGS)
+
 # run: the node daemon on its embedded store (data in ./deed-data), API on
 # 127.0.0.1:7480, the store itself on 127.0.0.1:7481 for the CLI to share.
 run: build
 	$(BIN) run --data-dir ./deed-data
 
+# release: static (CGO_ENABLED=0), path-free (-trimpath) binaries with the
+# version linked in, one per platform, and their SHA-256 sums. windows/amd64
+# is included: exec's process-group handling is unix-only and builds a
+# plain fallback there (exec_other.go).
+DIST ?= dist
+RELEASE_VERSION = $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
+PLATFORMS := linux/amd64 linux/arm64 darwin/arm64 windows/amd64
+release:
+	rm -rf '$(DIST)/release' && mkdir -p '$(DIST)/release'
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; ext=; [ "$$os" = windows ] && ext=.exe; \
+		out='$(DIST)/release/deed-$(RELEASE_VERSION)-'$$os-$$arch$$ext; \
+		echo "build $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w -X main.version=$(RELEASE_VERSION)' -o "$$out" ./cmd/deed; \
+	done
+	cd '$(DIST)/release' && sha256sum deed-* > SHA256SUMS
+	@cat '$(DIST)/release/SHA256SUMS'
+
+release-check:
+	./deploy/release-check.sh
+
+# image: the OCI image of the static linux binary, built FROM scratch by a Go
+# program (no daemon, no base image to pull), written as a tarball that
+# `podman load` / `docker load` read, plus an OCI layout directory.
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+# CA certificates for TLS to the store, copied from this machine (there is
+# no base image to take them from); empty when the machine has none.
+CA_CERTS ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+IMAGE_DIR := $(DIST)/image
+image:
+	mkdir -p '$(IMAGE_DIR)'
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w -X main.version=$(RELEASE_VERSION)' -o '$(IMAGE_DIR)/deed-linux-$(IMAGE_ARCH)' ./cmd/deed
+	cd deploy/image && $(GO) run . -binary '$(abspath $(IMAGE_DIR))/deed-linux-$(IMAGE_ARCH)' -arch $(IMAGE_ARCH) \
+		-version '$(RELEASE_VERSION)' -tag 'deed:$(RELEASE_VERSION)' -ca-certs '$(CA_CERTS)' \
+		-tarball '$(abspath $(IMAGE_DIR))/deed-image.tar' -oci-layout '$(abspath $(IMAGE_DIR))/oci'
+
+# image-check builds the image twice in its own module's test and checks
+# the digest is the same, the config (entrypoint, non-root user) and that
+# the binary taken out of the layer runs.
+image-check:
+	cd deploy/image && $(GO) test -count=1 ./...
+
+deploy-check:
+	$(GO) test -count=1 -run 'TestDeploy|TestMetricsMatchREADME' ./cmd/deed
+
+# man: one page per command, generated from the cobra command tree.
+man:
+	$(GO) run -tags deedman ./cmd/deed man --dir '$(DIST)/man'
+
+# vuln: govulncheck against the vulnerability database. Installed on first
+# use; when the database cannot be reached the step says so and is skipped.
+vuln:
+	./deploy/vuln.sh
+
+# vuln-selftest: make vuln fails on a finding (a fake entry in a local
+# database) and skips when the database cannot be reached.
+vuln-selftest:
+	./deploy/vuln-selftest.sh
+
 # clean removes build output only; ./deed-data (make run's store) is data.
 clean:
-	rm -rf bin
+	rm -rf bin '$(DIST)'

@@ -25,6 +25,7 @@ const (
 	CodeNodeFenced   Code = "DEED-E025" // node fenced: node lease not renewed in time
 	CodeCorruptOwner Code = "DEED-E030" // corrupt ownership record
 	CodeCorruptTx    Code = "DEED-E031" // corrupt or truncated transaction file
+	CodeCorruptStore Code = "DEED-E032" // corrupt or truncated embedded store file
 	CodeBadRequest   Code = "DEED-E040" // request too large / bad request
 	CodeUnauthorized Code = "DEED-E041" // unauthorized
 )

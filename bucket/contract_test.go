@@ -96,6 +96,7 @@ var contractCases = []struct {
 	{"nested-keys", testNestedKeys},
 	{"create-race", testCreateRace},
 	{"update-race", testUpdateRace},
+	{"get-limit", testGetLimit},
 }
 
 // TestContract runs the same table against every store. Each case works in

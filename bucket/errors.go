@@ -27,6 +27,10 @@ var (
 	ErrUnsupported = errors.New("not supported by store")
 	// ErrAccessDenied: wrong credentials or missing permissions.
 	ErrAccessDenied = errors.New("access denied")
+	// ErrNotS3: what answered is not an S3 store (an HTML page, a JSON
+	// API, a plain-text 404): the endpoint is misconfigured. Nothing was
+	// written, and retrying will not help. Its code is DEED-E040.
+	ErrNotS3 = errors.New("the endpoint does not speak S3")
 	// ErrTooLarge: a Get found the object larger than the caller's limit
 	// and did not read its body (or stopped reading at limit+1 bytes). The
 	// Object returned with it still carries the key and the ETag, so a
@@ -81,6 +85,8 @@ func (e *OpError) ErrorCode() Code {
 		return CodeAmbiguous
 	case ErrAccessDenied:
 		return CodeUnauthorized
+	case ErrNotS3:
+		return CodeBadRequest
 	default:
 		return CodeUnavailable
 	}

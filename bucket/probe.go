@@ -412,13 +412,14 @@ func abort(what string, err error) step {
 }
 
 // probeError codes an error that kept the probe from concluding. Storage
-// errors keep their own code (access denied is E041); anything else,
+// errors keep their own code (access denied is E041, an endpoint that is not
+// S3 at all E040); anything else,
 // including an ambiguous write, is E011: the store was not usable right now,
 // which says nothing about the contract.
 func probeError(what string, err error) error {
 	var oe *OpError
-	if errors.As(err, &oe) && oe.ErrorCode() == CodeUnauthorized {
-		return Errorf(CodeUnauthorized, "probe: %s: %w", what, err)
+	if errors.As(err, &oe) && (oe.ErrorCode() == CodeUnauthorized || oe.ErrorCode() == CodeBadRequest) {
+		return Errorf(oe.ErrorCode(), "probe: %s: %w", what, err)
 	}
 	return Errorf(CodeUnavailable, "probe: %s: %w", what, err)
 }

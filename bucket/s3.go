@@ -3,18 +3,24 @@ package bucket
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // DefaultRegion is used when neither S3Options.Region nor the AWS
@@ -46,6 +52,8 @@ type S3Options struct {
 	// condition). 0 means DefaultWriteTimeout.
 	Timeout time.Duration
 	// HTTPClient replaces the SDK's HTTP client (for tests, proxies, TLS).
+	// With AWS_CA_BUNDLE set, OpenS3 uses a copy whose transport trusts the
+	// bundle's certificates (see caBundleClient).
 	HTTPClient *http.Client
 	// Credentials replaces the AWS default credential chain.
 	Credentials aws.CredentialsProvider
@@ -101,16 +109,37 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 	if opts.Credentials != nil {
 		load = append(load, config.WithCredentialsProvider(opts.Credentials))
 	}
-	if opts.HTTPClient != nil {
-		load = append(load, config.WithHTTPClient(opts.HTTPClient))
+	client := opts.HTTPClient
+	if bundle := os.Getenv(caBundleEnv); client != nil && bundle != "" {
+		// The SDK can load a CA bundle only into an HTTP client it built
+		// itself, and refuses to load the configuration when given another
+		// one. So deed loads the bundle into the caller's transport and
+		// hands the SDK that client only after loading: the SDK's own
+		// client (which it gives the bundle too) serves nothing but the
+		// credential providers it sets up while loading.
+		var err error
+		if client, err = caBundleClient(client, bundle); err != nil {
+			return nil, fmt.Errorf("open s3 bucket %s: %s: %w", loc, caBundleEnv, err)
+		}
+	} else if client != nil {
+		load = append(load, config.WithHTTPClient(client))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, load...)
 	if err != nil {
 		return nil, fmt.Errorf("open s3 bucket %s: load aws config: %w", loc, err)
 	}
+	if client != nil {
+		cfg.HTTPClient = client
+	}
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
+	// Wrapped after loading, so that the configuration (a CA bundle, proxy
+	// settings) still applies to the client underneath.
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = awshttp.NewBuildableClient()
+	}
+	cfg.HTTPClient = s3Sniffer{cfg.HTTPClient}
 	cfg.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 	cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 
@@ -148,15 +177,57 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 	return WithPrefix(b, loc.Prefix), nil
 }
 
+// caBundleEnv names the file of PEM certificates AWS tools trust for HTTPS
+// instead of the system's roots.
+const caBundleEnv = "AWS_CA_BUNDLE"
+
+// caBundleClient returns a copy of c whose transport trusts exactly the
+// certificates in the PEM file at path, as the SDK's own client does when
+// AWS_CA_BUNDLE is set. c is not modified. A transport that already names
+// its roots, or that is not an *http.Transport (nil means
+// http.DefaultTransport), was configured by the caller on purpose and is
+// used as it is.
+func caBundleClient(c *http.Client, path string) (*http.Client, error) {
+	rt := c.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	tr, ok := rt.(*http.Transport)
+	if !ok || (tr.TLSClientConfig != nil && tr.TLSClientConfig.RootCAs != nil) {
+		return c, nil
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA bundle: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA bundle %s holds no PEM certificate", path)
+	}
+	tr = tr.Clone()
+	if tr.TLSClientConfig == nil {
+		tr.TLSClientConfig = &tls.Config{}
+	}
+	tr.TLSClientConfig.RootCAs = roots
+	cc := *c
+	cc.Transport = tr
+	return &cc, nil
+}
+
 // checkEndpoint rejects endpoints the SDK would accept but mis-route, such as
 // "localhost:9000" (parsed as scheme "localhost").
 func checkEndpoint(raw string) error {
+	// The endpoint may carry user:pass@: an error names it without them.
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("parse endpoint %q: %w", raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // not the URL itself
+		}
+		return fmt.Errorf("parse endpoint: %w", err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("parse endpoint %q: want http(s)://HOST[:PORT]", raw)
+		return fmt.Errorf("parse endpoint %q: want http(s)://HOST[:PORT]", u.Redacted())
 	}
 	return nil
 }
@@ -171,6 +242,90 @@ func (b *s3Bucket) writeClient(ctx context.Context, cond Condition) (*s3.Client,
 	return b.writes, ctx, cancel
 }
 
+// notS3Header carries s3Sniffer's verdict on a response from the transport
+// to classifySDK, past the SDK's deserializers, which consume the body.
+const notS3Header = "X-Deed-Not-S3"
+
+// s3Sniffer wraps the SDK's HTTP client to recognise an endpoint that is
+// not an S3 store at all: the usual cause is --endpoint pointed at the
+// wrong port (a deed daemon's API, a web server). Such an endpoint answers
+// a GET of a key with a 404 that the SDK reads as NoSuchKey, so without
+// this a wrong endpoint gives confident wrong answers ("never claimed").
+// It looks at the first bytes of every error answer and marks the ones
+// that are not S3's (see notS3); it changes nothing else.
+type s3Sniffer struct{ inner aws.HTTPClient }
+
+func (c s3Sniffer) Do(req *http.Request) (*http.Response, error) {
+	resp, err := c.inner.Do(req)
+	if err != nil || resp == nil {
+		return resp, err
+	}
+	var peek []byte
+	if resp.StatusCode >= 300 && resp.Body != nil {
+		peek, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+	}
+	if what := notS3(resp, peek); what != "" {
+		resp.Header.Set(notS3Header, what)
+	}
+	return resp, err
+}
+
+// notS3 describes a response that no S3 store sends, or returns "". S3
+// error answers carry an XML <Error> body (none on HEAD) or the
+// x-amz-request-id / x-amz-id-2 headers; an HTML page, a JSON document or
+// plain text does not come from S3. A body-less answer with no S3 header
+// is judged by its Content-Type, and given the benefit of the doubt when
+// it has none. A success answer is judged by its Content-Type only, and
+// only matters when the SDK could not parse it (a listing).
+func notS3(resp *http.Response, peek []byte) string {
+	h := resp.Header
+	if h.Get("X-Amz-Request-Id") != "" || h.Get("X-Amz-Id-2") != "" {
+		return ""
+	}
+	ct := h.Get("Content-Type")
+	media := strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
+	markup := media == "text/html" || media == "text/plain" || media == "application/json" || strings.HasSuffix(media, "+json")
+	body := bytes.TrimSpace(peek)
+	switch {
+	case resp.StatusCode < 300:
+		if media != "text/html" && media != "application/json" {
+			return ""
+		}
+	case len(body) == 0:
+		if !markup {
+			return ""
+		}
+	case bytes.HasPrefix(body, []byte("<")) && bytes.Contains(body, []byte("<Code>")) && !markup:
+		return "" // an S3 XML error
+	}
+	what := fmt.Sprintf("HTTP %s", resp.Status)
+	if ct != "" {
+		what += ", Content-Type " + ct
+	}
+	if srv := h.Get("Server"); srv != "" {
+		what += ", Server " + srv
+	}
+	if len(body) > 0 {
+		what += fmt.Sprintf(", body %.120q", body)
+	}
+	if bytes.Contains(body, []byte(`"code":"DEED-E`)) {
+		what += " (that is a deed daemon's API, not its store)"
+	}
+	return what
+}
+
+// notS3Status reports the statuses at which a non-S3 answer is definitive.
+// A 5xx or a 408/429 from something in front of the store (a proxy's error
+// page) is left to Classify: the request may have reached the store, and a
+// conditional write may have landed, so it stays ambiguous.
+func notS3Status(status int) bool {
+	return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+}
+
 // classifySDK extracts the HTTP status and S3 error code from an SDK error and
 // hands them to Classify, the one place that decides what they mean.
 func classifySDK(op, key string, cond Condition, err error) *OpError {
@@ -179,7 +334,13 @@ func classifySDK(op, key string, cond Condition, err error) *OpError {
 		// conditional write is definitely not applied.
 		return &OpError{Op: op, Key: key, Kind: ErrAccessDenied, Err: fmt.Errorf(
 			"no usable AWS credentials (searched: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws, SSO, an instance role; "+
-				"deed's embedded and fake stores accept any values): %w", err)}
+				"for deed's embedded and fake stores, load DIR/credentials.env): %w", err)}
+	}
+	var hr *smithyhttp.ResponseError
+	if errors.As(err, &hr) && hr.Response != nil && hr.Response.Response != nil {
+		if what := hr.Response.Header.Get(notS3Header); what != "" && notS3Status(hr.Response.StatusCode) {
+			return &OpError{Op: op, Key: key, Kind: ErrNotS3, Status: hr.Response.StatusCode, Err: notS3Err(hr.Response.Request, what)}
+		}
 	}
 	status, code := 0, ""
 	var re interface{ HTTPStatusCode() int }
@@ -191,6 +352,15 @@ func classifySDK(op, key string, cond Condition, err error) *OpError {
 		code = ae.ErrorCode()
 	}
 	return Classify(op, key, cond, status, code, err)
+}
+
+// notS3Err names what answered, and where.
+func notS3Err(req *http.Request, what string) error {
+	where := "the endpoint"
+	if req != nil && req.URL != nil {
+		where = req.URL.Scheme + "://" + req.URL.Host
+	}
+	return fmt.Errorf("%s answered %s; check --endpoint (or DEED_ENDPOINT / AWS_ENDPOINT_URL_S3): it must be the S3 store's URL", where, what)
 }
 
 // noCredentials reports the SDK's failure to find credentials. It arrives
@@ -334,6 +504,13 @@ func (b *s3Bucket) List(ctx context.Context, in ListInput) (ListPage, error) {
 	out, err := b.reads.ListObjectsV2(ctx, req)
 	if err != nil {
 		return ListPage{}, classifySDK("list", in.Prefix, None, err)
+	}
+	// A web page parses as an empty listing; an empty listing from
+	// something that is not S3 would be a confident wrong answer.
+	if raw, ok := awsmiddleware.GetRawResponse(out.ResultMetadata).(*smithyhttp.Response); ok && raw.Response != nil {
+		if what := raw.Header.Get(notS3Header); what != "" {
+			return ListPage{}, &OpError{Op: "list", Key: in.Prefix, Kind: ErrNotS3, Status: raw.StatusCode, Err: notS3Err(raw.Request, what)}
+		}
 	}
 	var page ListPage
 	for _, o := range out.Contents {

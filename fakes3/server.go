@@ -39,6 +39,17 @@ type ServerOptions struct {
 	IgnoreConditions bool
 	// Logger receives gofakes3's messages and the server's own; nil discards.
 	Logger *slog.Logger
+	// Credentials, when set, make the server check every request's AWS
+	// Signature V4 against this key pair: an anonymous, wrongly signed or
+	// stale request (beyond MaxClockSkew) is refused with a 403 S3 error,
+	// and a signed body hash that does not match the body with 400
+	// XAmzContentSHA256Mismatch. nil serves an open store, where anyone who
+	// can reach the port reads and writes every key: for tests only (deed's
+	// commands always set it unless asked, by name, for an open store).
+	Credentials *Credentials
+	// MaxClockSkew bounds how far a request's signing time may be from the
+	// server's clock; 0 means DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
 	// Latency is added before every request is served (outside any lock,
 	// so requests still overlap), to stand in for the network round trip
 	// to a real store in benchmarks that compare against it.
@@ -63,6 +74,9 @@ type ServerOptions struct {
 //   - Conditional headers it cannot honour (on a copy, a multipart upload,
 //     or If-None-Match on DELETE) are refused with 501 NotImplemented rather
 //     than silently ignored.
+//
+// With ServerOptions.Credentials it checks AWS Signature V4 (headers or a
+// presigned URL) before anything else, like S3.
 //
 // Errors are S3-style XML bodies. ETags are the quoted hex MD5 of the body on
 // PUT, GET, HEAD and LIST alike.
@@ -100,6 +114,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("create fakes3 dir: %w", err)
 		}
 		path := filepath.Join(opts.Dir, "fakes3.db")
+		if err := checkStoreFile(path); err != nil {
+			return nil, err
+		}
 		// The timeout turns "another process has the store open" into an
 		// error instead of a hang.
 		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
@@ -233,6 +250,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
+			return
+		}
+	}
+	if c := s.opts.Credentials; c != nil {
+		skew := s.opts.MaxClockSkew
+		if skew == 0 {
+			skew = DefaultMaxClockSkew
+		}
+		if aerr := verifySigV4(r, *c, skew, time.Now()); aerr != nil {
+			s.log.Debug("fakes3 refused request", "method", r.Method, "path", r.URL.Path, "err", aerr)
+			s.writeError(w, r, aerr.status, aerr.code, aerr.msg)
 			return
 		}
 	}

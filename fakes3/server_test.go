@@ -18,9 +18,15 @@ import (
 	"github.com/deedkit/deed/fakes3/s3test"
 )
 
-// rawRequest sends one unsigned request (the server does not check
-// signatures) and returns the status, headers and body.
+// rawRequest sends one unsigned request (a server started without
+// Credentials does not check signatures) and returns the status, headers and body.
 func rawRequest(t *testing.T, method, url string, body []byte, hdr map[string]string) (int, http.Header, string) {
+	t.Helper()
+	return do(t, newRequest(t, method, url, body, hdr))
+}
+
+// newRequest builds a request with body (nil: none) and headers hdr.
+func newRequest(t *testing.T, method, url string, body []byte, hdr map[string]string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(body))
 	if err != nil {
@@ -32,6 +38,12 @@ func rawRequest(t *testing.T, method, url string, body []byte, hdr map[string]st
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
+	return req
+}
+
+// do sends req and returns the status, headers and body.
+func do(t *testing.T, req *http.Request) (int, http.Header, string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,10 @@ func (e *HeldError) ErrorCode() bucket.Code { return bucket.CodeHeld }
 // read back: if it carries our nonce the claim applied, else decide again.
 // The claim is never applied twice, because each attempt's If-Match names
 // the version it read.
+//
+// When the write can be guessed without reading — a cell this node knows
+// nothing about, or one it released itself — it is sent first (see
+// claimFirst): one round trip instead of two.
 func (n *Node) Claim(ctx context.Context, cell string, opts ClaimOptions) (*Lease, error) {
 	if err := ValidateName("cell", cell); err != nil {
 		return nil, err
@@ -74,6 +78,9 @@ func (n *Node) Claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 }
 
 func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Lease, string, error) {
+	if l, reason, err, done := n.claimFirst(ctx, cell, opts); done {
+		return l, reason, err
+	}
 	key := CellKey(cell)
 	p := n.cfg.params()
 	var lastErr error
@@ -103,6 +110,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		d := Decide(cur, n.cfg.Name, owner, now, p, opts.Force)
 		switch d.Action {
 		case RefuseCorrupt:
+			if d.Reason == ReasonEpochOverflow {
+				return nil, d.Reason, bucket.Errorf(bucket.CodeCorruptOwner, "claim %s: corrupt ownership record %s: epoch %d (data epoch %d) has no successor; nothing written",
+					cell, key, cur.Record.Epoch, cur.DataEpoch)
+			}
 			return nil, d.Reason, bucket.Wrap(cur.parseErr(key), "claim %s", cell)
 		case Refuse:
 			return nil, d.Reason, &HeldError{Cell: cell, Owner: cur.Record.Node, Addr: owner.Addr, Epoch: cur.Record.Epoch}
@@ -155,6 +166,11 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 func (n *Node) read(ctx context.Context, cell string) (Current, string, error) {
 	key := CellKey(cell)
 	obj, err := getRecord(ctx, n.b, key, "ownership record")
+	if err == nil || errors.Is(err, bucket.ErrNotFound) {
+		n.mu.Lock()
+		n.hints.readOwn(cell, err == nil)
+		n.mu.Unlock()
+	}
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
 		return Current{}, "", nil
@@ -212,6 +228,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 	}
 	old := n.held[cell]
 	n.held[cell] = l
+	n.hints.drop(cell) // the lease knows its ETag while it is held
 	n.mu.Unlock()
 	if old != nil {
 		old.end(bucket.Errorf(bucket.CodeSuperseded, "lease lost: cell %s epoch %d superseded by re-entry at epoch %d", cell, old.epoch, rec.Epoch))
@@ -223,7 +240,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	key := CellKey(l.cell)
 	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
-	_, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
+	etag, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
 	switch {
 	case err == nil:
 	case errors.Is(err, bucket.ErrPrecondition):
@@ -245,7 +262,13 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 			l.Supersede(fmt.Errorf("own.json changed since the claim"))
 			return l.Err()
 		}
+		etag = got
 	}
+	// Remembered before the lease ends, so that this node's next claim of
+	// the cell is one If-Match PUT on the version its release wrote.
+	n.mu.Lock()
+	n.hints.note(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch}, false)
+	n.mu.Unlock()
 	l.end(bucket.Errorf(bucket.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
 	n.log.Info("released", "cell", l.cell, "epoch", l.epoch)
 	return nil

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"math"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
@@ -16,7 +17,10 @@ const (
 	Take
 	// Refuse: a live node holds the cell.
 	Refuse
-	// RefuseCorrupt: the record does not parse and the claim is not forced.
+	// RefuseCorrupt: the record does not parse and the claim is not forced,
+	// or the epoch to write would not fit (reason "epoch-overflow"): forced
+	// or not, nothing is written, because a wrapped epoch would sort below
+	// every fence it must be above.
 	RefuseCorrupt
 )
 
@@ -54,6 +58,11 @@ type Decision struct {
 	Reason string
 }
 
+// ReasonEpochOverflow is the reason of a RefuseCorrupt decision when the
+// record (or, for a forced claim over a corrupt one, the newest data
+// epoch) is already at the largest epoch.
+const ReasonEpochOverflow = "epoch-overflow"
+
 // Decide is the claim rule of DESIGN.md as a pure function of what was read
 // (cur), who is asking (me), what is known of the owner's liveness (owner,
 // judged at now) and whether an operator forces the claim.
@@ -63,12 +72,16 @@ func Decide(cur Current, me string, owner Observation, now time.Time, p Params, 
 		return Decision{Action: Create, Epoch: 1, Reason: "absent"}
 	case cur.Corrupt && !force:
 		return Decision{Action: RefuseCorrupt, Reason: "corrupt"}
+	case cur.Corrupt && cur.DataEpoch == math.MaxUint64:
+		return Decision{Action: RefuseCorrupt, Reason: ReasonEpochOverflow}
 	case cur.Corrupt:
 		// The record's epoch is unreadable. Start above the newest epoch
 		// that holds data, so the new owner's seals fence every writer whose
 		// data exists. (A lost owner that never wrote cannot be fenced by
 		// an epoch nobody can read: that is why this needs force.)
 		return Decision{Action: Take, Epoch: cur.DataEpoch + 1, Reason: "forced"}
+	case cur.Record.Epoch == math.MaxUint64:
+		return Decision{Action: RefuseCorrupt, Reason: ReasonEpochOverflow}
 	}
 	next := cur.Record.Epoch + 1
 	switch {
@@ -82,6 +95,46 @@ func Decide(cur Current, me string, owner Observation, now time.Time, p Params, 
 		return Decision{Action: Take, Epoch: next, Reason: "forced"}
 	}
 	return Decision{Action: Refuse, Reason: "owner-alive"}
+}
+
+// Hint is what a node remembers of a cell it does not hold, so that a claim
+// can send its conditional write before reading own.json. A hint is only a
+// guess: the write's condition is what makes the claim correct, and a
+// refused guess is followed by the ordinary read and Decide.
+type Hint struct {
+	// Known is set when own.json exists: this node read or wrote it, so a
+	// create-only PUT would only be refused.
+	Known bool
+	// ReleasedETag is own.json's ETag as this node's own release wrote it
+	// (Released at epoch Epoch), "" when the node did not release the cell.
+	ReleasedETag string
+	Epoch        uint64
+}
+
+// Guess is the claim a node may try before it reads own.json, as a pure
+// function of its hint; ok is false when it must read first.
+//
+//   - nothing known: create with If-None-Match at epoch 1 — the never-claimed
+//     cell costs one request; a refusal (412) costs one more than reading
+//     first would have. (A node whose unknown cells have mostly existed
+//     marks them Known: it reads first.)
+//   - released by this node: If-Match on the ETag that release produced,
+//     epoch+1, exactly what Decide makes of a released record; every body
+//     carries a fresh nonce, so that ETag matches only while nobody has
+//     written since.
+//   - known to exist otherwise, or forced: read first. A forced claim must
+//     see the record (and, when it is corrupt, the newest data epoch) to
+//     choose an epoch above every writer it fences.
+func Guess(h Hint, force bool) (d Decision, etag string, ok bool) {
+	switch {
+	case force:
+		return Decision{}, "", false
+	case h.ReleasedETag != "" && h.Epoch < math.MaxUint64:
+		return Decision{Action: Take, Epoch: h.Epoch + 1, Reason: "released"}, h.ReleasedETag, true
+	case h.Known || h.ReleasedETag != "":
+		return Decision{}, "", false
+	}
+	return Decision{Action: Create, Epoch: 1, Reason: "absent"}, "", true
 }
 
 // Params are the liveness timings shared by a deployment.

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,29 @@ func TestParseRecord(t *testing.T) {
 	r, err := ParseRecord("k", []byte(`{"node":"","epoch":3,"nonce":"x","at_ms":1}`))
 	if err != nil || !r.Released() || r.Epoch != 3 {
 		t.Fatalf("released record: %+v %v", r, err)
+	}
+}
+
+func TestGuess(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		h      Hint
+		force  bool
+		ok     bool
+		action Action
+		epoch  uint64
+		etag   string
+	}{
+		{name: "nothing known: create", ok: true, action: Create, epoch: 1},
+		{name: "own release: take on its etag", h: Hint{Known: true, ReleasedETag: `"e"`, Epoch: 4}, ok: true, action: Take, epoch: 5, etag: `"e"`},
+		{name: "known to exist: read first", h: Hint{Known: true}},
+		{name: "forced, nothing known: read first", force: true},
+		{name: "forced, own release: read first", h: Hint{Known: true, ReleasedETag: `"e"`, Epoch: 4}, force: true},
+		{name: "released at the last epoch: read first", h: Hint{Known: true, ReleasedETag: `"e"`, Epoch: math.MaxUint64}},
+	} {
+		d, etag, ok := Guess(c.h, c.force)
+		if ok != c.ok || d.Action != c.action || d.Epoch != c.epoch || etag != c.etag {
+			t.Errorf("%s: got %+v %q %v", c.name, d, etag, ok)
+		}
 	}
 }

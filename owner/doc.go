@@ -31,6 +31,13 @@
 // read back and the claim counts as applied only if it carries our nonce.
 // Every body carries a fresh nonce, so two writes never have the same ETag.
 //
+// Before reading, an unforced claim may send the write it can guess (Guess):
+// the create for a cell the node knows nothing about, or If-Match with
+// epoch+1 on the ETag that the node's own release of the cell produced. Each
+// is what Decide would choose if the record is as guessed, and its condition
+// refuses it otherwise, so a claim of such a cell costs one round trip; a
+// refused guess costs one more, then the claim reads and decides as above.
+//
 // # Node liveness without comparing clocks
 //
 // A running node holds nodes/<node>.json and renews it every TTL/3 with

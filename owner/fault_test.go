@@ -114,7 +114,9 @@ func TestClaimFaults(t *testing.T) {
 		// A hung PUT is cut by the per-request timeout (the S3 client's
 		// conditional-write timeout; here withTimeout), then resolved by reading.
 		{"hung request", fakes3.Rule{Op: fakes3.OpPut, Fault: fakes3.Drop, Times: 1}, true, "", 2, 1},
-		{"store down", fakes3.Rule{Fault: fakes3.ErrBefore}, false, bucket.CodeUnavailable, 0, 0},
+		// The claim's first request is the create-only PUT: with the
+		// store down its outcome cannot be learned, which is DEED-E012.
+		{"store down", fakes3.Rule{Fault: fakes3.ErrBefore}, false, bucket.CodeAmbiguous, 0, 0},
 		{"writes always ambiguous, reads down", fakes3.Rule{Op: fakes3.OpPut, Fault: fakes3.ErrBefore}, false, bucket.CodeUnavailable, 8, 0},
 	}
 	for _, c := range cases {
@@ -174,8 +176,10 @@ func TestPartitionedNode(t *testing.T) {
 		a := openNode(t, m, "a")
 		b := openNode(t, m, "b")
 		m.Partition("a", true)
+		// The create-only PUT went out first; a reset connection leaves its
+		// outcome unknown, and the read-back cannot get through either.
 		_, err := a.Claim(t.Context(), "c", owner.ClaimOptions{})
-		mustCode(t, err, bucket.CodeUnavailable)
+		mustCode(t, err, bucket.CodeAmbiguous)
 		if _, ok := m.Bytes(owner.CellKey("c")); ok {
 			t.Fatal("partitioned claim wrote")
 		}

@@ -24,8 +24,8 @@ type Config struct {
 	// Addr is the address peers should be sent to; stored in the node lease
 	// and reported in DEED-E020 errors.
 	Addr string
-	// TTL is the node lease's time to live (default 10s); it is renewed every
-	// TTL/3. Margin (default 1s, or TTL/10 when that is smaller) absorbs
+	// TTL is the node lease's time to live (default 10s, MinTTL..MaxTTL);
+	// it is renewed every TTL/3. Margin (default 1s, or TTL/10 when that is smaller) absorbs
 	// clock-rate differences: a node fences itself at TTL−margin after its
 	// last good renewal, peers declare it dead only after TTL+margin.
 	TTL, Margin time.Duration
@@ -56,6 +56,10 @@ type Hooks struct {
 	// failing: this process was paused or too slow, or the answer came
 	// too late), "replaced" or "deleted" (someone else wrote the lease).
 	Fence func(reason string)
+	// Wait is called while Open waits out an earlier incarnation's lease
+	// of this node id (a restart), about once a second, with the time left
+	// before the lease may be taken over; a CLI shows it as a countdown.
+	Wait func(left time.Duration)
 }
 
 func (c *Config) params() Params { return Params{TTL: c.TTL, Margin: c.Margin} }
@@ -75,6 +79,7 @@ type Node struct {
 
 	mu     sync.Mutex
 	held   map[string]*Lease
+	hints  hintTable // cells not held, for a claim's first write (claimFirst)
 	opened bool
 	closed bool
 	fenced chan struct{} // closed when the node fences or closes
@@ -250,9 +255,17 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 				// here: the takeover below is If-Match on the very version
 				// read, so a renewal that landed after the GET was served
 				// makes it fail with 412.
-				if now.Sub(watchedSince) <= p.TTL+p.Margin {
-					n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
-					if err := sleepCtx(ctx, p.TTL/3); err != nil {
+				if left := p.TTL + p.Margin - now.Sub(watchedSince); left >= 0 {
+					if now.Equal(watchedSince) {
+						n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
+					}
+					if n.cfg.Hooks.Wait != nil {
+						n.cfg.Hooks.Wait(left)
+					}
+					// Looking again every second (at most) lets the hook
+					// count down; a live process is still seen by its
+					// renewal, every TTL/3.
+					if err := sleepCtx(ctx, min(p.TTL/3, time.Second)); err != nil {
 						return time.Time{}, err
 					}
 					continue
@@ -580,6 +593,9 @@ func (n *Node) forget(l *Lease) {
 	n.mu.Lock()
 	if n.held[l.cell] == l {
 		delete(n.held, l.cell)
+		if n.ferr == nil {
+			n.hints.note(l.cell, Hint{Known: true}, true)
+		}
 	}
 	n.mu.Unlock()
 }

@@ -122,12 +122,18 @@ func Encode(f *File) ([]byte, error) {
 	if len(f.Token) > MaxTokenLen {
 		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: token of %d bytes, limit %d", f.Kind, len(f.Token), MaxTokenLen)
 	}
+	if f.TxID == math.MaxUint64 {
+		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: txid %d has no successor", f.Kind, uint64(f.TxID))
+	}
 	var payload []byte
 	count := 0
 	switch f.Kind {
 	case KindRecords:
 		if len(f.Records) == 0 {
 			return nil, fmt.Errorf("encode records file: empty batch")
+		}
+		if f.Pos == 0 || uint64(len(f.Records)) > math.MaxUint64-uint64(f.Pos) {
+			return nil, bucket.Errorf(bucket.CodeBadRequest, "encode records file: %d records from position %d", len(f.Records), uint64(f.Pos))
 		}
 		n := 0
 		for _, r := range f.Records {

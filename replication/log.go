@@ -47,7 +47,7 @@ type Log struct {
 	running  bool       // a writer goroutine is running
 	next     TxID       // the next slot to write: every slot below it is durable
 	nextPos  Pos
-	err      error         // sticky: once set, every append fails with it
+	err      error         // sticky: once set, every append fails (see notSent)
 	closing  bool          // Close or Abandon was called: appends are refused
 	closed   chan struct{} // made by each Close attempt; closed when it ends
 	closeErr error         // the last Close attempt's outcome
@@ -85,7 +85,11 @@ var (
 )
 
 var (
-	errClosed    = errors.New("log closed")
+	// ErrClosed is wrapped by the refusal of an append, or of a barrier
+	// read, on a log that was closed (DEED-E040 to a caller that closed
+	// it itself). A server that closes logs under its clients' requests
+	// (a release, a shutdown) tells them what happened instead.
+	ErrClosed    = errors.New("log closed")
 	errAbandoned = errors.New("log abandoned")
 )
 
@@ -288,12 +292,12 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 	l.mu.Lock()
 	switch {
 	case l.err != nil:
-		err := l.err
+		err := l.notSent(l.err)
 		l.mu.Unlock()
 		return Result{}, err
 	case l.closing:
 		l.mu.Unlock()
-		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, errClosed)
+		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 	}
 	l.queue = append(l.queue, p)
 	if l.running {
@@ -373,7 +377,7 @@ func (l *Log) run() {
 		l.mu.Lock()
 		if l.err != nil {
 			q := l.queue
-			err := l.err
+			err := l.notSent(l.err)
 			l.stopLocked()
 			l.mu.Unlock()
 			fail(q, err)
@@ -455,6 +459,18 @@ func (l *Log) takeLocked() []*pending {
 	return batch
 }
 
+// notSent is the error of an append the log refuses, without sending it,
+// because the log failed with err. An unknown outcome (DEED-E012) belongs
+// to the write that was in flight when the log failed; a record that was
+// never sent is not written, and says so (DEED-E011), so that a caller who
+// retries what was refused cannot mistake it for a record that may exist.
+func (l *Log) notSent(err error) error {
+	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+		return err
+	}
+	return bucket.Errorf(bucket.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
+}
+
 func fail(q []*pending, err error) {
 	for _, p := range q {
 		p.done <- outcome{err: err}
@@ -492,7 +508,7 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 	if brokenEarlyAck {
 		batch = ackEarly(batch, l.epoch, txid, pos)
 	}
-	theirs, err := l.s.create(l.ctx, key, body)
+	theirs, puts, err := l.s.createCounted(l.ctx, key, body)
 	if err == nil && theirs != nil {
 		err = l.fenced(key, theirs)
 	}
@@ -500,6 +516,9 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 		l.setErr(err)
 		fail(batch, err)
 		return
+	}
+	if f := l.s.cfg.onCommit; f != nil {
+		f(len(batch), puts)
 	}
 	l.mu.Lock()
 	l.next, l.nextPos = txid+1, f.NextPos()
@@ -731,7 +750,7 @@ func (l *Log) barrier(ctx context.Context) error {
 			t++
 			continue
 		case f.Kind.fences() && f.Token == l.lease.Token():
-			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, errClosed)
+			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 		}
 		return bucket.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
 	}

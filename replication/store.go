@@ -28,6 +28,7 @@ type config struct {
 	backoffMax      time.Duration
 	logger          *slog.Logger
 	indexLen        int
+	onCommit        func(records, puts int)
 }
 
 func defaults() config {
@@ -105,6 +106,15 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithCommitObserver calls f after each transaction file of records is
+// durable, with the number of records in it (the group-commit batch) and
+// the PUT attempts it took (more than 1 when a write failed or its outcome
+// was unknown and it was sent again). f runs on the log's writer and must
+// not block; the daemon feeds its metrics from it.
+func WithCommitObserver(f func(records, puts int)) Option {
+	return func(c *config) { c.onCommit = f }
+}
+
 // store is the slot I/O every part of the package shares: reads that retry
 // transient errors, and create-only writes that resolve ambiguity by reading
 // the key back.
@@ -144,7 +154,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // permanent reports errors no retry can fix.
 func permanent(err error) bool {
-	return errors.Is(err, bucket.ErrAccessDenied) || errors.Is(err, bucket.ErrUnsupported)
+	return errors.Is(err, bucket.ErrAccessDenied) || errors.Is(err, bucket.ErrUnsupported) || errors.Is(err, bucket.ErrNotS3)
 }
 
 // retry runs op until it succeeds, fails permanently, or attempts run out
@@ -245,35 +255,43 @@ func (s *store) list(ctx context.Context, in bucket.ListInput) (bucket.ListPage,
 // again after a backoff. It gives up only when ctx ends, with DEED-E012:
 // the write may still land, and the caller must not report it as refused.
 func (s *store) create(ctx context.Context, key string, body []byte) (theirs *File, err error) {
+	theirs, _, err = s.createCounted(ctx, key, body)
+	return theirs, err
+}
+
+// createCounted is create that also returns how many PUTs it sent.
+func (s *store) createCounted(ctx context.Context, key string, body []byte) (theirs *File, puts int, err error) {
 	var last error
 	for i := 0; ; i++ {
 		if i > 0 {
 			if serr := sleep(ctx, s.backoff(i-1)); serr != nil {
-				return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
+				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+		puts++
 		_, err := s.b.Put(actx, key, body, bucket.IfAbsent)
 		cancel()
 		if err == nil {
-			return nil, nil
+			return nil, puts, nil
 		}
 		if permanent(err) {
-			return nil, bucket.Wrap(err, "write %s", key)
+			return nil, puts, bucket.Wrap(err, "write %s", key)
 		}
 		if brokenNoReadBack {
-			return s.trustTypedError(ctx, key, err)
+			theirs, err := s.trustTypedError(ctx, key, err)
+			return theirs, puts, err
 		}
 		last = err
 		// 412 (someone's bytes are there) or an unknown outcome: read back.
 		got, found, rerr := s.get(ctx, key)
 		switch {
 		case errors.Is(rerr, bucket.ErrTooLarge):
-			return nil, rerr // someone else's bytes, and not a file: DEED-E031
+			return nil, puts, rerr // someone else's bytes, and not a file: DEED-E031
 		case rerr != nil:
 			last = rerr
 			if permanent(rerr) {
-				return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
+				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
 			}
 			continue
 		case !found:
@@ -281,12 +299,12 @@ func (s *store) create(ctx context.Context, key string, body []byte) (theirs *Fi
 			s.cfg.logger.Debug("slot write did not land; retrying", "key", key, "err", err)
 			continue
 		case bytes.Equal(got, body):
-			return nil, nil
+			return nil, puts, nil
 		}
 		f, derr := Decode(key, got)
 		if derr != nil {
-			return nil, derr
+			return nil, puts, derr
 		}
-		return f, nil
+		return f, puts, nil
 	}
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"context"
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -52,27 +52,83 @@ func (d *daemon) handler(cfg apiConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
 	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeErrorStatus(w, http.StatusMethodNotAllowed, bucket.Errorf(bucket.CodeBadRequest, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
 		writeErrorStatus(w, http.StatusNotFound, bucket.Errorf(bucket.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return guard(cfg, mux)
 }
 
-// guard enforces the bearer token and the body limit before any handler.
+// allowedMethods lists the methods mux serves on r's path, when r's own
+// method is not one of them.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pattern := mux.Handler(r2); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// bearerToken is the token of an Authorization header of the Bearer
+// scheme, which is matched without regard to case (RFC 9110); surrounding
+// whitespace is not part of the token.
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// guard enforces the bearer token and the body limit before any handler,
+// and reads the body whole, within apiBodyTimeout, so that a slow body is
+// cut off before any handler runs and nothing is written for it.
 func guard(cfg apiConfig, next http.Handler) http.Handler {
+	want := []byte(strings.TrimSpace(cfg.Token)) // a token file's trailing newline is not part of it
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Token != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
+		w = &deadlineWriter{ResponseWriter: w}
+		if len(want) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			got, ok := bearerToken(r.Header.Get("Authorization"))
+			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
+				// An unauthenticated client keeps no connection open.
+				w.Header().Set("Connection", "close")
 				writeError(w, bucket.Errorf(bucket.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
 				return
 			}
 		}
 		if r.ContentLength > cfg.MaxBody {
+			w.Header().Set("Connection", "close") // the body is not read
 			writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body of %d bytes exceeds the limit of %d", r.ContentLength, cfg.MaxBody))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, cfg.MaxBody)
+		if r.ContentLength != 0 {
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Now().Add(apiBodyTimeout))
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBody))
+			_ = rc.SetReadDeadline(time.Time{})
+			if err != nil {
+				w.Header().Set("Connection", "close")
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body exceeds the limit of %d bytes", cfg.MaxBody))
+				} else {
+					writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body not received whole within %v: %w", apiBodyTimeout, err))
+				}
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -180,13 +236,21 @@ func (d *daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "read request body: %w", err))
 		return
 	}
+	if len(body) == 0 {
+		// A record of no bytes is almost always a client's mistake (an
+		// empty pipe, a forgotten --data); it is refused, not written.
+		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "empty append: a record must have at least one byte"))
+		return
+	}
 	c, err := d.acquire(r.Context(), r.PathValue("cell"), false)
 	if err != nil {
+		err = appendNotSent(err)
 		d.m.appends.WithLabelValues(resultOf(err)).Inc()
 		writeError(w, err)
 		return
 	}
 	res, err := c.log.Append(r.Context(), c.lease, body)
+	err = closedUnder(c, err)
 	d.m.appends.WithLabelValues(resultOf(err)).Inc()
 	if err != nil {
 		writeError(w, err)
@@ -228,6 +292,7 @@ func (d *daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	var recs []replication.Record
 	if c := d.held(name); c != nil {
 		recs, err = c.log.Read(r.Context(), replication.Pos(after), int(limit), barrier)
+		err = closedUnder(c, err)
 	} else if barrier {
 		err = bucket.Errorf(bucket.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
 	} else {
@@ -246,10 +311,26 @@ func (d *daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	writeJSONStatus(w, http.StatusOK, map[string]any{"cell": name, "records": out, "next_after": next})
 }
 
+// appendNotSent is the answer of an append that failed before its record
+// was sent: the claim that had to come first failed. A claim of unknown
+// outcome (DEED-E012) is the claim's doubt, not the record's: the record was
+// never written, so the append answers DEED-E011 (retry), applied "no".
+func appendNotSent(err error) error {
+	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+		return err
+	}
+	return bucket.Errorf(bucket.CodeUnavailable, "append: not written: the claim that must come first has an unknown outcome: %v", err)
+}
+
+// resultOf is the result label of an append in deed_appends_total; an
+// append of unknown outcome (DEED-E012) counts as "unknown", never as an
+// error that wrote nothing.
 func resultOf(err error) string {
 	switch bucket.CodeOf(err) {
 	case "":
 		return "ok"
+	case bucket.CodeAmbiguous:
+		return "unknown"
 	case bucket.CodeSuperseded, bucket.CodeNodeFenced, bucket.CodeReleased:
 		return "fenced"
 	case bucket.CodeHeld:
@@ -300,10 +381,36 @@ func httpStatus(code bucket.Code) int {
 
 // errorBody is every error the API returns.
 type errorBody struct {
-	Code      bucket.Code `json:"code"`
-	Error     string      `json:"error"`
-	Owner     string      `json:"owner,omitempty"`
-	OwnerAddr string      `json:"owner_addr,omitempty"`
+	Code  bucket.Code `json:"code"`
+	Error string      `json:"error"`
+	// Applied says whether the request may have taken effect: "no" (it
+	// was refused or failed before anything was written: a retry cannot
+	// duplicate it) or "unknown" (DEED-E012: it may have taken effect; read
+	// before retrying). Every error body carries it; on a read it is "no".
+	Applied   applied `json:"applied"`
+	Owner     string  `json:"owner,omitempty"`
+	OwnerAddr string  `json:"owner_addr,omitempty"`
+}
+
+// applied is the "applied" field of an error body: whether a request that
+// failed may still have taken effect.
+type applied string
+
+const (
+	appliedNo      applied = "no"
+	appliedUnknown applied = "unknown"
+)
+
+// appliedOf is the one place that says whether a failed request may have
+// taken effect. It follows from the code alone: DEED-E012 is the only code
+// of an outcome that may have landed, and every layer (the log, the API,
+// the client) keeps it for exactly those, so every other code is a refusal
+// or a failure before anything was written.
+func appliedOf(err error) applied {
+	if bucket.CodeOf(err) == bucket.CodeAmbiguous {
+		return appliedUnknown
+	}
+	return appliedNo
 }
 
 func writeError(w http.ResponseWriter, err error) {
@@ -311,11 +418,11 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	// The code is the error's own, whatever it wraps: an append cut off by
+	// a cancelled context while its PUT was in flight is DEED-E012 and must
+	// not read as a retryable DEED-E011.
 	code := bucket.CodeOf(err)
-	if errors.Is(err, context.Canceled) {
-		code = bucket.CodeUnavailable
-	}
-	body := errorBody{Code: code, Error: err.Error()}
+	body := errorBody{Code: code, Error: err.Error(), Applied: appliedOf(err)}
 	var held *owner.HeldError
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr

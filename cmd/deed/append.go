@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -24,8 +25,12 @@ node holds it.
 Errors are the daemon's, with the same codes and exit statuses: DEED-E020
 (exit 4) when another live node holds the cell, DEED-E021 (exit 3) when the
 daemon's lease was lost, DEED-E040 (exit 2) for a record over the daemon's
-limit, DEED-E041 (exit 2) for a missing or wrong token, DEED-E011 (exit 1)
-when the daemon cannot be reached.`,
+limit or an empty record, DEED-E041 (exit 2) for a missing or wrong token,
+DEED-E011 (exit 1) when the daemon cannot be reached. The error says
+whether the record was written: "applied: no" (nothing was written; a
+retry cannot duplicate it) or, with DEED-E012 (exit 1), "applied: unknown"
+(the daemon got the record but its outcome was not learned: read the log
+before appending it again). With --json the error object has "applied".`,
 		Example: `  deed append orders 'hello'
   echo '{"id":1}' | deed append orders --addr http://10.0.0.5:7480 --token "$DEED_TOKEN" --json`,
 		Args: cobra.RangeArgs(1, 2),
@@ -42,12 +47,12 @@ when the daemon cannot be reached.`,
 			var data []byte
 			if len(args) == 2 && args[1] != "-" {
 				data = []byte(args[1])
-			} else if data, err = io.ReadAll(stdin); err != nil {
+			} else if data, err = readRecordFromStdin(cfg); err != nil {
 				return bucket.Errorf(bucket.CodeBadRequest, "append %s: read standard input: %w", cell, err)
 			}
 			var v appendView
 			if err := c.do(ctx, "POST", cellPath(cell, "/append"), nil, bytes.NewReader(data), &v); err != nil {
-				return bucket.Wrap(err, "append %s", cell)
+				return &writeFailure{bucket.Wrap(err, "append %s", cell)}
 			}
 			if cfg.json {
 				writeJSON(cfg.inv.Stdout, v)
@@ -59,4 +64,16 @@ when the daemon cannot be reached.`,
 	}
 	af.register(cmd)
 	return cmd
+}
+
+// readRecordFromStdin reads the record from standard input. On a terminal
+// it first says so on stderr, which would otherwise look like a hang; from
+// a pipe or a file it is silent.
+func readRecordFromStdin(cfg *config) ([]byte, error) {
+	if f, ok := stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintln(cfg.inv.Stderr, "deed append: reading the record from standard input; end it with Ctrl-D (or pass DATA as an argument)")
+		}
+	}
+	return io.ReadAll(stdin)
 }

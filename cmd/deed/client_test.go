@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,44 @@ func (e *cellEnv) daemon(t *testing.T, node string) *cliDaemon {
 	return cd
 }
 
+// append reading its record from a terminal says so on stderr; from a pipe
+// it stays silent. /dev/null stands in for the terminal: it is a character
+// device too, which is what the check looks at.
+func TestAppendStdinHint(t *testing.T) {
+	e := newCellEnv(t)
+	d := e.daemon(t, "d1")
+	e.env[envAddr], e.env[envToken] = d.url, testToken
+	old := stdin
+	t.Cleanup(func() { stdin = old })
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw.WriteString("piped")
+	pw.Close()
+	stdin = pr
+	if r := e.run(t, "append", "c"); r.status != 0 || r.stderr != "" {
+		t.Errorf("append from a pipe: exit %d, stderr %q (want silent)", r.status, r.stderr)
+	}
+	pr.Close()
+
+	tty, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	if fi, err := tty.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Skipf("%s is not a character device here", os.DevNull)
+	}
+	stdin = tty
+	// The device reads as empty, so the append itself is refused (an empty
+	// append is DEED-E040); the hint must come first all the same.
+	if r := e.run(t, "append", "c"); r.status != 2 || !strings.Contains(r.stderr, "reading the record from standard input") || !strings.Contains(r.stderr, "empty append") {
+		t.Errorf("append from a character device: exit %d, stderr %q (want the hint, then the empty-append refusal)", r.status, r.stderr)
+	}
+}
+
 func TestAppendRead(t *testing.T) {
 	e := newCellEnv(t)
 	d := e.daemon(t, "d1")
@@ -67,7 +106,9 @@ func TestAppendRead(t *testing.T) {
 		t.Errorf("stdout %q", r.stdout)
 	}
 	stdin = strings.NewReader("third")
-	wantExit(t, e.run(t, "append", "orders"), 0, "")
+	if r := e.run(t, "append", "orders"); r.status != 0 || r.stderr != "" {
+		t.Fatalf("append from a reader: exit %d, stderr %q (want silent)", r.status, r.stderr)
+	}
 
 	r = e.run(t, "read", "orders")
 	wantExit(t, r, 0, "")
@@ -160,31 +201,46 @@ func TestReadFollow(t *testing.T) {
 
 // TestAPIErrorMapping: whatever the daemon answers, the CLI's exit status
 // follows the code; answers that are not deed's are DEED-E011 (or E041/E040
-// by HTTP status).
+// by HTTP status), except that an append answered by something that did
+// not refuse it (a proxy's 502, a 200 that is not deed's) has an unknown
+// outcome: DEED-E012, "applied: unknown".
 func TestAPIErrorMapping(t *testing.T) {
 	for _, tc := range []struct {
-		status int
-		body   string
-		exit   int
-		code   bucket.Code
+		status     int
+		body       string
+		exit       int
+		code       bucket.Code
+		appendCode bucket.Code // when it differs from code
 	}{
-		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost: cell c epoch 1 superseded"}`, 3, bucket.CodeSuperseded},
-		{503, `{"code":"DEED-E025","error":"DEED-E025 node fenced"}`, 3, bucket.CodeNodeFenced},
-		{409, `{"code":"DEED-E020","error":"DEED-E020 cell c is held by live node b (http://b) at epoch 2","owner":"b"}`, 4, bucket.CodeHeld},
-		{500, `{"code":"DEED-E031","error":"DEED-E031 corrupt transaction file cells/c/ltx/e1/x.ltx"}`, 1, bucket.CodeCorruptTx},
-		{502, `<html>bad gateway</html>`, 1, bucket.CodeUnavailable},
-		{401, `nope`, 2, bucket.CodeUnauthorized},
-		{200, `not json`, 1, bucket.CodeUnavailable},
+		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost: cell c epoch 1 superseded"}`, 3, bucket.CodeSuperseded, ""},
+		{503, `{"code":"DEED-E025","error":"DEED-E025 node fenced"}`, 3, bucket.CodeNodeFenced, ""},
+		{409, `{"code":"DEED-E020","error":"DEED-E020 cell c is held by live node b (http://b) at epoch 2","owner":"b"}`, 4, bucket.CodeHeld, ""},
+		{500, `{"code":"DEED-E031","error":"DEED-E031 corrupt transaction file cells/c/ltx/e1/x.ltx"}`, 1, bucket.CodeCorruptTx, ""},
+		{503, `{"code":"DEED-E012","error":"DEED-E012 append to c: outcome unknown","applied":"unknown"}`, 1, bucket.CodeAmbiguous, ""},
+		{502, `<html>bad gateway</html>`, 1, bucket.CodeUnavailable, bucket.CodeAmbiguous},
+		{401, `nope`, 2, bucket.CodeUnauthorized, ""},
+		{405, `nope`, 2, bucket.CodeBadRequest, ""},
+		{200, `not json`, 1, bucket.CodeUnavailable, bucket.CodeAmbiguous},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(tc.status)
 			fmt.Fprint(w, tc.body)
 		}))
 		for _, args := range [][]string{{"append", "c", "x"}, {"read", "c"}} {
+			code := tc.code
+			if args[0] == "append" && tc.appendCode != "" {
+				code = tc.appendCode
+			}
 			r := deed(t, t.Context(), map[string]string{envAddr: srv.URL}, args...)
-			wantExit(t, r, tc.exit, tc.code)
-			if strings.Count(r.stderr, string(tc.code)) != 1 {
+			wantExit(t, r, code.ExitStatus(), code)
+			if strings.Count(r.stderr, string(code)) != 1 {
 				t.Errorf("code repeated: %q", r.stderr)
+			}
+			if args[0] == "append" {
+				want := "(applied: " + string(appliedOf(bucket.Errorf(code, "x"))) + ")"
+				if !strings.HasSuffix(strings.TrimSpace(r.stderr), want) {
+					t.Errorf("append answered %d %s: stderr %q does not end with %s", tc.status, tc.body, r.stderr, want)
+				}
 			}
 		}
 		srv.Close()

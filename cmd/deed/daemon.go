@@ -73,8 +73,11 @@ func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease
 // openDaemon probes the store, opens the node lease and starts watching for
 // a fence. The caller serves the API and calls Close on shutdown.
 func openDaemon(ctx context.Context, cfg daemonConfig, b bucket.Bucket, log *slog.Logger, m *metrics) (*daemon, error) {
+	// One log line per store outage, not one per failed request.
+	health := &storeHealth{log: log}
+	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
 	d := &daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
-	d.b = instrumented{b: b, m: m}
+	d.b = instrumented{b: b, m: m, h: health}
 	if !cfg.SkipProbe {
 		rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{})
 		if err != nil {
@@ -107,14 +110,12 @@ func (d *daemon) newNode() (*owner.Node, error) {
 	return owner.NewNode(d.b, owner.Config{
 		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log,
 		Hooks: owner.Hooks{
-			Claim: func(_, result, reason string) {
-				d.m.claims.WithLabelValues(result, reason).Inc()
-				if result == "ok" && (reason == "owner-dead" || reason == "forced") {
-					d.m.takeovers.WithLabelValues(reason).Inc()
-				}
-			},
+			Claim: func(_, result, reason string) { d.m.observeClaim(result, reason) },
 			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
 			Fence: func(reason string) { d.m.fences.WithLabelValues(reason).Inc() },
+			Wait: func(left time.Duration) {
+				d.log.Info("waiting out this node's earlier incarnation before acting", "left", left.Round(time.Second))
+			},
 		},
 	})
 }
@@ -250,7 +251,7 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		d.dropIfEmpty(c)
 		return nil, err
 	}
-	lg, err := replication.Open(ctx, d.b, l, replication.WithLogger(d.log))
+	lg, err := replication.Open(ctx, d.b, l, replication.WithLogger(d.log), replication.WithCommitObserver(d.m.observeCommit))
 	if err != nil {
 		// Not able to fence the predecessors: give the cell back so another
 		// node (or a retry) can.
@@ -273,6 +274,25 @@ func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	d.wg.Add(1)
 	l.AfterEnd(func() { d.leaseEnded(c, l) })
 	return c.holding(), nil
+}
+
+// closedUnder turns the refusal of a log that was closed under a request
+// (DEED-E040 "log closed": a release, the drain, or a lease that ended and
+// whose log was dropped and sealed) into what happened: the lease was
+// superseded (DEED-E021) or the node fenced (DEED-E025); otherwise the cell
+// is being released or the node drains, and the client should retry
+// (DEED-E011). It is not the client's bad request.
+func closedUnder(h *holding, err error) error {
+	if !errors.Is(err, replication.ErrClosed) {
+		return err
+	}
+	if lerr := h.lease.Err(); lerr != nil {
+		switch bucket.CodeOf(lerr) {
+		case bucket.CodeSuperseded, bucket.CodeNodeFenced:
+			return bucket.Wrap(lerr, "cell %s", h.name)
+		}
+	}
+	return bucket.Errorf(bucket.CodeUnavailable, "cell %s: its log was closed under this request (the cell is being released or the node is shutting down); retry: %v", h.name, err)
 }
 
 // dropIfEmpty removes a cell entry that never got a lease; c.mu is held.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
 )
 
 // The end-to-end tests run the real binary as separate processes: a
@@ -72,6 +73,13 @@ func startDeed(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(deedBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
+	return startCmd(t, cmd, "deed "+strings.Join(args, " "))
+}
+
+// startCmd starts cmd with its output kept for failure reports (under
+// name), and kills it at the end of the test.
+func startCmd(t *testing.T, cmd *exec.Cmd, name string) *proc {
+	t.Helper()
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -83,7 +91,7 @@ func startDeed(t *testing.T, env []string, args ...string) *proc {
 		_ = cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {
-			t.Logf("deed %s output:\n%s", strings.Join(args, " "), out.String())
+			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
 	return p
@@ -127,19 +135,26 @@ func waitHTTP(t *testing.T, url string, limit time.Duration) {
 // e2eCluster is one `deed fakes3` store and the environment to use it.
 type e2eCluster struct {
 	store *proc
+	creds fakes3.Credentials
 	env   []string
 }
 
 func newE2ECluster(t *testing.T) *e2eCluster {
 	t.Helper()
 	s3 := freeAddr(t)
-	p := startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e")
-	c := &e2eCluster{store: p, env: []string{
-		"DEED_BUCKET=s3://e2e/test", "DEED_ENDPOINT=http://" + s3,
-		"AWS_ACCESS_KEY_ID=deed", "AWS_SECRET_ACCESS_KEY=deed", "AWS_REGION=us-east-1",
-	}}
+	dir := t.TempDir()
+	p := startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e", "--dir", dir)
 	waitS3(t, s3)
-	return c
+	// The store checks signatures against the credentials it generated in
+	// its directory before it started listening.
+	creds, err := fakes3.LoadCredentials(filepath.Join(dir, fakes3.CredentialsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &e2eCluster{store: p, creds: creds, env: []string{
+		"DEED_BUCKET=s3://e2e/test", "DEED_ENDPOINT=http://" + s3,
+		"AWS_ACCESS_KEY_ID=" + creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + creds.SecretAccessKey, "AWS_REGION=us-east-1",
+	}}
 }
 
 func waitS3(t *testing.T, addr string) {

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
 	"github.com/deedkit/deed/bucket"
-	"github.com/deedkit/deed/fakes3/s3test"
 )
 
 // End-to-end tests of the CLI's cell commands: the real binary (built once
@@ -64,7 +65,8 @@ func e2eBucket(t *testing.T, c *e2eCluster) bucket.Bucket {
 		t.Fatal(err)
 	}
 	loc.Prefix = ""
-	b, err := bucket.OpenS3(t.Context(), loc, bucket.S3Options{Endpoint: endpoint, Credentials: s3test.Credentials()})
+	b, err := bucket.OpenS3(t.Context(), loc, bucket.S3Options{Endpoint: endpoint,
+		Credentials: credentials.NewStaticCredentialsProvider(c.creds.AccessKeyID, c.creds.SecretAccessKey, "")})
 	if err != nil {
 		t.Fatal(err)
 	}

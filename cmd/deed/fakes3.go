@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 
@@ -14,12 +15,20 @@ import (
 // defaultFakeBucket is the bucket `deed fakes3` creates when none is named.
 const defaultFakeBucket = "deed"
 
+// The AWS SDK's credential variables, which a deed store's banner tells the
+// user to export.
+const (
+	envAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	envSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+)
+
 func newFakes3Cmd(cfg *config) *cobra.Command {
 	var (
 		listen  string
 		dir     string
 		buckets []string
 		ignore  bool
+		noAuth  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "fakes3",
@@ -27,8 +36,18 @@ func newFakes3Cmd(cfg *config) *cobra.Command {
 		Long: `fakes3 serves an S3-compatible store on --listen until SIGINT or SIGTERM:
 gofakes3 with the conditional writes deed needs (If-None-Match, If-Match on
 PUT and DELETE, AWS's 404 for If-Match on a missing key). It keeps objects in
-memory, or in DIR/fakes3.db with --dir. Credentials are not checked: any
-access key and secret will do.
+memory, or in DIR/fakes3.db with --dir.
+
+Every request must be signed (AWS Signature V4) with the store's own
+credentials: generated at first start and kept in DIR/credentials.env
+(mode 0600; load them with '. DIR/credentials.env'), or, in memory, new at
+every start. The banner prints them as environment variables to export.
+--no-auth serves an open store instead (anyone who can reach the port reads
+and writes every key), for tests that want one.
+
+--listen must be a loopback address: the store speaks plain HTTP, and its
+credentials and objects would cross the network in the clear. Use a real
+S3-compatible store to share a bucket between machines.
 
 --bucket here names a bucket to create (repeatable; "s3://NAME/PREFIX" is
 accepted and reduced to NAME). Without it, the bucket of DEED_BUCKET is
@@ -37,7 +56,8 @@ created, else "deed".
 --ignore-conditions makes the server accept conditional headers and ignore
 them, like a broken store: 'deed probe' against it fails with DEED-E010 and
 exit status 5.`,
-		Example: `  deed fakes3 --listen 127.0.0.1:9000 --dir ./deed-data
+		Example: `  deed fakes3 --listen 127.0.0.1:9000 --dir ./deed-store
+  . ./deed-store/credentials.env     # in another shell: the store's access key
   deed fakes3 --listen 127.0.0.1:9001 --ignore-conditions`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,26 +66,39 @@ exit status 5.`,
 			if err != nil {
 				return err
 			}
+			if err := checkLoopbackListen("--listen", listen); err != nil {
+				return err
+			}
+			var creds *fakes3.Credentials
+			credsFile := ""
+			if !noAuth {
+				c, path, err := storeCredentials(dir)
+				if err != nil {
+					return err
+				}
+				creds, credsFile = &c, path
+			}
 			srv, err := fakes3.NewServer(fakes3.ServerOptions{
 				Dir:              dir,
 				Buckets:          names,
 				IgnoreConditions: ignore,
 				Logger:           cfg.log,
+				Credentials:      creds,
 			})
 			if err != nil {
-				return bucket.Errorf(bucket.CodeUnavailable, "fakes3: %w", err)
+				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			url, err := srv.Start(listen)
 			if err != nil {
 				_ = srv.Close()
-				return bucket.Errorf(bucket.CodeUnavailable, "fakes3: %w", err)
+				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
-			printFakeBanner(cfg, url, dir, names, ignore)
+			printFakeBanner(cfg, url, dir, names, ignore, creds, credsFile)
 
 			<-ctx.Done()
 			cfg.log.Info("fakes3 shutting down", "url", url)
 			if err := srv.Close(); err != nil {
-				return bucket.Errorf(bucket.CodeUnavailable, "fakes3: %w", err)
+				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			return nil
 		},
@@ -77,7 +110,41 @@ exit status 5.`,
 	// to create, not the one to use.
 	f.StringArrayVar(&buckets, "bucket", nil, "bucket to create, repeatable (default: DEED_BUCKET's, else "+defaultFakeBucket+")")
 	f.BoolVar(&ignore, "ignore-conditions", false, "accept and ignore If-Match/If-None-Match, like a broken store (the probe fails with DEED-E010)")
+	f.BoolVar(&noAuth, "no-auth", false, "serve an open store: accept unsigned requests and any credentials (for tests; never on a shared machine)")
 	return cmd
+}
+
+// storeCredentials returns the credentials a deed-served store checks:
+// those kept in dir (generated there on first start), or fresh ones for a
+// store in memory (dir ""). path is the credentials file, "" in memory.
+func storeCredentials(dir string) (fakes3.Credentials, string, error) {
+	if dir == "" {
+		c, err := fakes3.NewCredentials()
+		if err != nil {
+			return c, "", bucket.Errorf(bucket.CodeUnavailable, "store credentials: %w", err)
+		}
+		return c, "", nil
+	}
+	c, path, _, err := fakes3.LoadOrCreateCredentials(dir)
+	if err != nil {
+		return c, path, bucket.Errorf(bucket.CodeBadRequest, "store credentials in %s: %w", dir, err)
+	}
+	return c, path, nil
+}
+
+// checkLoopbackListen refuses to serve a deed store off loopback: it speaks
+// plain HTTP, so its requests (objects, and signatures that can be replayed
+// within the clock-skew window) would cross the network in the clear.
+func checkLoopbackListen(flag, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return bucket.Errorf(bucket.CodeBadRequest, "%s %q: %w", flag, addr, err)
+	}
+	if !isLoopback(host) {
+		return bucket.Errorf(bucket.CodeBadRequest, "%s %s is not a loopback address: deed's own store serves plain HTTP for one machine "+
+			"(use 127.0.0.1:PORT; to share a bucket between machines, use a real S3-compatible store)", flag, addr)
+	}
+	return nil
 }
 
 // bucketName is S3's rule for bucket names (3-63 of [a-z0-9.-], starting
@@ -113,14 +180,18 @@ func fakeBuckets(flags []string, getenv func(string) string) ([]string, error) {
 
 // printFakeBanner tells the user how to point deed (or any S3 client) at the
 // server.
-func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool) {
+func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool, creds *fakes3.Credentials, credsFile string) {
 	env := [][2]string{
 		{envEndpoint, url},
 		{envBucket, "s3://" + names[0]},
-		{"AWS_ACCESS_KEY_ID", "deed"},
-		{"AWS_SECRET_ACCESS_KEY", "deed"},
-		{envRegion, bucket.DefaultRegion},
 	}
+	if creds != nil {
+		env = append(env, [2]string{envAccessKeyID, creds.AccessKeyID}, [2]string{envSecretAccessKey, creds.SecretAccessKey})
+	} else {
+		// Open store: the SDK still needs something to sign with.
+		env = append(env, [2]string{envAccessKeyID, "any"}, [2]string{envSecretAccessKey, "any"})
+	}
+	env = append(env, [2]string{envRegion, bucket.DefaultRegion})
 	if cfg.json {
 		m := map[string]string{}
 		for _, kv := range env {
@@ -131,6 +202,8 @@ func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool) 
 			"buckets":           names,
 			"dir":               dir,
 			"ignore_conditions": ignore,
+			"open":              creds == nil,
+			"credentials_file":  credsFile,
 			"env":               m,
 		})
 		return
@@ -145,7 +218,17 @@ func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool) 
 		fmt.Fprintf(w, "WARNING: --ignore-conditions: this server ignores If-Match/If-None-Match like a broken store;\n"+
 			"         'deed probe' against it fails with %s (exit 5).\n", bucket.CodeContract)
 	}
-	fmt.Fprintf(w, "Use it from another shell (any access key and secret will do):\n")
+	if creds == nil {
+		fmt.Fprintf(w, "WARNING: --no-auth: this store accepts unsigned requests and any credentials;\n"+
+			"         anyone who can reach %s reads and writes every key.\n", url)
+		fmt.Fprintf(w, "Use it from another shell (any access key and secret will do):\n")
+	} else if credsFile != "" {
+		fmt.Fprintf(w, "Requests must be signed with its access key, kept in %s (mode 0600).\n", credsFile)
+		fmt.Fprintf(w, "Use it from another shell (the two AWS_ lines are what '. %s' sets):\n", credsFile)
+	} else {
+		fmt.Fprintf(w, "Requests must be signed with this access key (new at every start of a store in memory).\n")
+		fmt.Fprintf(w, "Use it from another shell:\n")
+	}
 	for _, kv := range env {
 		fmt.Fprintf(w, "  export %s=%s\n", kv[0], kv[1])
 	}

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
@@ -55,13 +58,19 @@ type result struct {
 // deed runs the CLI in-process with env as its only DEED_*/AWS_* environment.
 func deed(t *testing.T, ctx context.Context, env map[string]string, args ...string) result {
 	t.Helper()
+	return deedAs(t, ctx, s3test.Credentials(), env, args...)
+}
+
+// deedAs is deed with other S3 credentials (a `deed fakes3`'s own).
+func deedAs(t *testing.T, ctx context.Context, creds aws.CredentialsProvider, env map[string]string, args ...string) result {
+	t.Helper()
 	var out, errOut syncBuffer
 	status := run(ctx, invocation{
 		Args:        args,
 		Stdout:      &out,
 		Stderr:      &errOut,
 		Getenv:      func(k string) string { return env[k] },
-		Credentials: s3test.Credentials(),
+		Credentials: creds,
 	})
 	return result{status, out.String(), errOut.String()}
 }
@@ -218,12 +227,32 @@ func TestUnreachableStoreExit1(t *testing.T) {
 	}
 }
 
+// --log-format picks slog's JSON or text handler for the log on stderr,
+// independently of --json (which only sets the default).
+func TestLogFormat(t *testing.T) {
+	args := []string{"--bucket", "s3://b", "--endpoint", "http://127.0.0.1:1", "--log-level", "debug"}
+	for _, c := range []struct {
+		flags []string
+		json  bool
+	}{{nil, false}, {[]string{"--log-format", "json"}, true}, {[]string{"--log-format", "text", "--json"}, false}, {[]string{"--json"}, true}} {
+		r := deed(t, t.Context(), nil, append(append(append([]string{}, args...), c.flags...), "show", "c")...)
+		first, _, _ := strings.Cut(r.stderr, "\n")
+		var rec map[string]any
+		isJSON := json.Unmarshal([]byte(first), &rec) == nil && rec["msg"] == "bucket opened" && rec["level"] == "DEBUG"
+		isText := strings.Contains(first, `level=DEBUG msg="bucket opened"`)
+		if isJSON != c.json || isText == c.json {
+			t.Errorf("%v: first log line %q, want JSON: %v", c.flags, first, c.json)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"no-such-command"},
 		{"probe", "--no-such-flag"},
 		{"probe", "extra-arg"},
 		{"--log-level", "loud", "version"},
+		{"--log-format", "xml", "version"},
 		{"version", "now"},
 	} {
 		r := deed(t, t.Context(), nil, args...)
@@ -251,11 +280,18 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v["version"] != "v9.9.9" || v["go"] == "" {
 		t.Errorf("version --json = %q (%v)", r.stdout, err)
 	}
+	// --version prints the same line as the version command.
+	want := deed(t, t.Context(), nil, "version")
+	r = deed(t, t.Context(), nil, "--version")
+	if r.status != 0 || r.stdout != want.stdout || !strings.Contains(r.stdout, "deed v9.9.9 (go") {
+		t.Errorf("--version: exit %d stdout %q stderr %q, want %q", r.status, r.stdout, r.stderr, want.stdout)
+	}
 }
 
-// startFake runs `deed fakes3 args...` in-process and returns its endpoint
-// and a function that stops it (as SIGINT would) and returns its result.
-func startFake(t *testing.T, args ...string) (endpoint string, stop func() result) {
+// startFake runs `deed fakes3 args...` in-process and returns its endpoint,
+// the credentials its banner prints, and a function that stops it (as
+// SIGINT would) and returns its result.
+func startFake(t *testing.T, args ...string) (endpoint string, creds aws.CredentialsProvider, stop func() result) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errOut syncBuffer
@@ -267,11 +303,12 @@ func startFake(t *testing.T, args ...string) (endpoint string, stop func() resul
 			Getenv: func(string) string { return "" },
 		})
 	}()
-	re := regexp.MustCompile(`export DEED_ENDPOINT=(\S+)`)
+	re := regexp.MustCompile(`export DEED_ENDPOINT=(\S+)(?s:.*)export AWS_ACCESS_KEY_ID=(\S+)\n  export AWS_SECRET_ACCESS_KEY=(\S+)`)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			endpoint = m[1]
+			creds = credentials.NewStaticCredentialsProvider(m[2], m[3], "")
 			break
 		}
 		select {
@@ -295,14 +332,14 @@ func startFake(t *testing.T, args ...string) (endpoint string, stop func() resul
 		return res
 	}
 	t.Cleanup(func() { stop() })
-	return endpoint, stop
+	return endpoint, creds, stop
 }
 
 func TestFakes3Command(t *testing.T) {
 	dir := t.TempDir()
-	endpoint, stop := startFake(t, "--bucket", "play", "--bucket", "s3://other/prefix", "--dir", dir)
+	endpoint, creds, stop := startFake(t, "--bucket", "play", "--bucket", "s3://other/prefix", "--dir", dir)
 	for _, b := range []string{"s3://play/x", "s3://other"} {
-		if r := deed(t, t.Context(), nil, "probe", "--bucket", b, "--endpoint", endpoint, "--racers", "8"); r.status != 0 {
+		if r := deedAs(t, t.Context(), creds, nil, "probe", "--bucket", b, "--endpoint", endpoint, "--racers", "8"); r.status != 0 {
 			t.Errorf("probe %s: exit %d\n%s%s", b, r.status, r.stdout, r.stderr)
 		}
 	}
@@ -319,8 +356,8 @@ func TestFakes3Command(t *testing.T) {
 }
 
 func TestFakes3IgnoreConditions(t *testing.T) {
-	endpoint, stop := startFake(t, "--ignore-conditions")
-	r := deed(t, t.Context(), nil, "probe", "--bucket", "s3://deed", "--endpoint", endpoint, "--racers", "8")
+	endpoint, creds, stop := startFake(t, "--ignore-conditions")
+	r := deedAs(t, t.Context(), creds, nil, "probe", "--bucket", "s3://deed", "--endpoint", endpoint, "--racers", "8")
 	if r.status != 5 || !strings.HasPrefix(r.stderr, "DEED-E010 ") {
 		t.Errorf("probe against --ignore-conditions: exit %d stderr %q, want 5 and DEED-E010", r.status, r.stderr)
 	}
@@ -370,7 +407,7 @@ func TestFakes3BadInput(t *testing.T) {
 		}
 	}
 	// The address is taken: a plain error, exit 1.
-	endpoint, _ := startFake(t)
+	endpoint, _, _ := startFake(t)
 	r := deed(t, t.Context(), nil, "fakes3", "--listen", strings.TrimPrefix(endpoint, "http://"))
 	if r.status != 1 || !strings.HasPrefix(r.stderr, "DEED-E011 ") {
 		t.Errorf("listen on a busy port: exit %d stderr %q", r.status, r.stderr)

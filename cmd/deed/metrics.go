@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/deedkit/deed/bucket"
 )
@@ -29,26 +31,84 @@ type metrics struct {
 	nodeLeaseHeld prometheus.Gauge
 }
 
+// Label values each series is created with at zero, so that a dashboard or
+// an alert sees "0 so far" rather than no series until the first event.
+// They are all the values the code emits; the README's metrics table lists
+// the same, and a test checks the three agree.
+var (
+	claimLabels = [][2]string{ // result, reason
+		{"ok", "absent"}, {"ok", "released"}, {"ok", "re-entry"}, {"ok", "owner-dead"}, {"ok", "forced"},
+		{"held", "owner-alive"}, {"corrupt", "corrupt"}, {"error", "none"},
+	}
+	releaseResults  = []string{"ok", "error", "not_holder"}
+	takeoverReasons = []string{"owner-dead", "forced"}
+	appendResults   = []string{"ok", "fenced", "held", "error", "unknown"}
+	s3Ops           = []string{"get", "head", "put", "delete", "list"}
+	s3Outcomes      = []string{"ok", "not_found", "precondition", "conflict", "ambiguous", "unavailable", "denied", "unsupported"}
+	renewalResults  = []string{"ok", "error", "replaced", "deleted"}
+	fenceReasons    = []string{"unreachable", "expired", "replaced", "deleted"}
+)
+
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
-	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.cellsHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_cells_held", Help: "Cells this node holds a live lease on."})
-	m.claims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_claims_total", Help: "Claim attempts by result (ok, held, corrupt, error) and reason (absent, released, re-entry, owner-dead, forced, owner-alive)."}, []string{"result", "reason"})
-	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_releases_total", Help: "Cell releases by result."}, []string{"result"})
+	m.claims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_claims_total", Help: "Claim attempts by result (ok, held, corrupt, error) and reason (absent, released, re-entry, owner-dead, forced, owner-alive, corrupt; none when the claim failed before deciding)."}, []string{"result", "reason"})
+	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_releases_total", Help: "Cell releases through the API by result (ok, error, not_holder)."}, []string{"result"})
 	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_takeovers_total", Help: "Successful claims that took a cell from another node, by reason (owner-dead, forced)."}, []string{"reason"})
-	m.appends = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_appends_total", Help: "Appends by result (ok, superseded, error)."}, []string{"result"})
-	m.txnRecords = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_records", Help: "Records per transaction file (group commit batch size).", Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
-	m.txnPuts = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_puts", Help: "PUT attempts per transaction file (1 unless a PUT was ambiguous and retried).", Buckets: []float64{1, 2, 3, 5, 8}})
+	m.appends = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_appends_total", Help: "Appends by result (ok; fenced, held, error: not written; unknown: DEED-E012, may have been written)."}, []string{"result"})
+	m.txnRecords = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_records", Help: "Records per durable transaction file (group commit batch size).", Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
+	m.txnPuts = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "deed_txn_puts", Help: "PUT attempts per durable transaction file (1 unless a PUT failed or was ambiguous and was sent again).", Buckets: []float64{1, 2, 3, 5, 8}})
 	m.s3Requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_s3_requests_total", Help: "Store requests by operation and outcome (ok, not_found, precondition, conflict, ambiguous, unavailable, denied, unsupported)."}, []string{"op", "outcome"})
 	m.s3Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "deed_s3_request_duration_seconds", Help: "Store request latency by operation.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"op"})
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_renewals_total", Help: "Node-lease renewal attempts by result (ok, error, replaced, deleted)."}, []string{"result"})
 	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (unreachable, expired, replaced, deleted)."}, []string{"reason"})
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
-	for _, c := range []prometheus.Collector{m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
-		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld} {
-		f(c)
+	v, _ := buildVersion()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
+		ConstLabels: prometheus.Labels{"version": v, "goversion": runtime.Version()}})
+	buildInfo.Set(1)
+	m.reg.MustRegister(m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, buildInfo,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	for _, l := range claimLabels {
+		m.claims.WithLabelValues(l[0], l[1])
+	}
+	for _, vs := range []struct {
+		vec    *prometheus.CounterVec
+		values []string
+	}{{m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}} {
+		for _, v := range vs.values {
+			vs.vec.WithLabelValues(v)
+		}
+	}
+	for _, op := range s3Ops {
+		m.s3Latency.WithLabelValues(op)
+		for _, o := range s3Outcomes {
+			m.s3Requests.WithLabelValues(op, o)
+		}
 	}
 	return m
+}
+
+// observeClaim counts one claim attempt and, for one that took a cell from
+// another node, a takeover. A claim that failed before deciding has no
+// reason; it is counted as "none" (an empty label value would read as a
+// missing label).
+func (m *metrics) observeClaim(result, reason string) {
+	if reason == "" {
+		reason = "none"
+	}
+	m.claims.WithLabelValues(result, reason).Inc()
+	if result == "ok" && (reason == "owner-dead" || reason == "forced") {
+		m.takeovers.WithLabelValues(reason).Inc()
+	}
+}
+
+// observeCommit records one durable transaction file of the log.
+func (m *metrics) observeCommit(records, puts int) {
+	m.txnRecords.Observe(float64(records))
+	m.txnPuts.Observe(float64(puts))
 }
 
 // outcome names a store error for the s3 request counter.
@@ -68,20 +128,27 @@ func outcome(err error) string {
 		return "denied"
 	case errors.Is(err, bucket.ErrUnsupported):
 		return "unsupported"
+	case errors.Is(err, bucket.ErrNotS3):
+		return "not_s3"
 	default:
 		return "unavailable"
 	}
 }
 
-// instrumented counts and times every request the daemon sends.
+// instrumented counts and times every request the daemon sends, and tells
+// h (when set) whether the store answered.
 type instrumented struct {
 	b bucket.Bucket
 	m *metrics
+	h *storeHealth
 }
 
 func (i instrumented) observe(op string, start time.Time, err error) {
 	i.m.s3Requests.WithLabelValues(op, outcome(err)).Inc()
 	i.m.s3Latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if i.h != nil {
+		i.h.observe(op, err)
+	}
 }
 
 func (i instrumented) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {

@@ -20,8 +20,10 @@ type nodeRow struct {
 	TTLMS       int64  `json:"ttl_ms"`
 	// State is "alive" (its lease was seen to change during the watch),
 	// "unknown" (not seen to change, but not watched long enough to call it
-	// dead), "dead" (unchanged for TTL+margin), "released" (clean exit) or
-	// "missing" (deleted during the watch).
+	// dead), "dead" (unchanged for TTL+margin), "released" (clean exit),
+	// "missing" (deleted during the watch) or "corrupt" (the lease is not a
+	// valid node lease: Code and Error say why; Alive still applies, judged
+	// by the lease's ETag alone with --ttl).
 	State string `json:"state"`
 	// Alive is the takeover rule: false when a claimer may take this node's
 	// cells over. "unknown" counts as alive.
@@ -29,6 +31,9 @@ type nodeRow struct {
 	Released    bool  `json:"released"`
 	UnchangedMS int64 `json:"unchanged_ms"`
 	WatchedMS   int64 `json:"watched_ms"`
+	// Code and Error are set for a corrupt lease (DEED-E030).
+	Code  bucket.Code `json:"code,omitempty"`
+	Error string      `json:"error,omitempty"`
 }
 
 func newNodesCmd(cfg *config) *cobra.Command {
@@ -53,8 +58,14 @@ seen renewing is "alive", one whose lease stayed unchanged for TTL+margin is
 --ttl is the least TTL assumed for every node (the TTL a node advertises in
 its lease is used when longer); the margin is min(1s, TTL/10).
 
+A lease that is not a valid node lease (not JSON, too large, naming another
+node, without an incarnation, or advertising a TTL outside 1s..1h) is shown
+as "corrupt" with its DEED-E030 error; it is judged by its ETag alone, with
+--ttl, like any lease that stops changing.
+
 With --json it prints one JSON object per line: {"node","addr","incarnation",
-"ttl_ms","state","alive","released","unchanged_ms","watched_ms"}.`,
+"ttl_ms","state","alive","released","unchanged_ms","watched_ms"}, plus
+"code" and "error" for a corrupt lease.`,
 		Example: `  deed nodes
   deed nodes --watch 12s --json`,
 		Args: cobra.NoArgs,
@@ -111,6 +122,9 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 					changed = ob.FirstSeen.After(first)
 				}
 				r.State = nodeState(v, r.Alive, changed)
+				if v.Corrupt != "" {
+					r.Code, r.Error = bucket.CodeCorruptOwner, v.Corrupt
+				}
 				rows = append(rows, r)
 			}
 			if cfg.json {
@@ -131,6 +145,11 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 			}
 			if err := tw.Flush(); err != nil {
 				return bucket.Errorf(bucket.CodeUnavailable, "write: %w", err)
+			}
+			for _, r := range rows {
+				if r.Error != "" {
+					fmt.Fprintf(cfg.inv.Stdout, "%s: %s\n", r.Node, r.Error)
+				}
 			}
 			unknown, need := false, ttl
 			for _, r := range rows {
@@ -159,6 +178,8 @@ func nodeState(v owner.NodeView, alive, changed bool) string {
 		return "released"
 	case !v.Exists:
 		return "missing"
+	case v.Corrupt != "":
+		return "corrupt"
 	case !alive:
 		return "dead"
 	case changed:

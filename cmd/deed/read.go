@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -44,7 +45,11 @@ one JSON object per line: {"pos","epoch","txid","data"} with data in base64.
 linearizable read by the owner: it fails with DEED-E024 (exit 4) when the
 daemon does not hold the cell, and with DEED-E021 (exit 3) when a newer epoch
 has fenced it. --follow keeps polling every --poll for new records until
-interrupted (SIGINT/SIGTERM end it with exit 0).`,
+interrupted (SIGINT/SIGTERM end it with exit 0).
+
+A cell that was never claimed has no log: read says so with DEED-E040 (exit
+2), so a mistyped cell name is not mistaken for an empty log. (--follow
+waits for its first record instead.)`,
 		Example: `  deed read orders
   deed read orders --after 100 --limit 10 --json
   deed read orders --follow --poll 500ms`,
@@ -62,7 +67,7 @@ interrupted (SIGINT/SIGTERM end it with exit 0).`,
 			if err != nil {
 				return err
 			}
-			printed := 0
+			printed, first := 0, true
 			for limit == 0 || printed < limit {
 				n := readPage
 				if limit > 0 {
@@ -79,6 +84,12 @@ interrupted (SIGINT/SIGTERM end it with exit 0).`,
 					}
 					return bucket.Wrap(err, "read %s", cell)
 				}
+				if first && len(ans.Records) == 0 && !follow {
+					if err := neverClaimed(ctx, c, cell); err != nil {
+						return err
+					}
+				}
+				first = false
 				for _, r := range ans.Records {
 					if cfg.json {
 						writeJSON(cfg.inv.Stdout, r)
@@ -109,4 +120,20 @@ interrupted (SIGINT/SIGTERM end it with exit 0).`,
 	f.BoolVar(&follow, "follow", false, "keep polling for new records until interrupted")
 	f.DurationVar(&poll, "poll", time.Second, "how often --follow asks for new records")
 	return cmd
+}
+
+// neverClaimed asks the daemon whether cell was ever claimed, and fails
+// with DEED-E040 if it was not: an empty read of a cell with no log at all
+// is far more often a mistyped name than a fact worth printing nothing for.
+func neverClaimed(ctx context.Context, c *apiClient, cell string) error {
+	var v struct {
+		Claimed bool `json:"claimed"`
+	}
+	if err := c.do(ctx, "GET", cellPath(cell, ""), nil, nil, &v); err != nil {
+		return bucket.Wrap(err, "read %s", cell)
+	}
+	if !v.Claimed {
+		return bucket.Errorf(bucket.CodeBadRequest, "read %s: cell %s was never claimed, so it has no log (check the name; 'deed ls' lists the cells)", cell, cell)
+	}
+	return nil
 }

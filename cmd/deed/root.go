@@ -45,9 +45,10 @@ type config struct {
 	// nodeSet says --node was given on the command line. Only the daemon
 	// takes its id from DEED_NODE or the hostname; claim and exec act
 	// under an identity of their own unless --node names one.
-	nodeSet  bool
-	json     bool
-	logLevel string
+	nodeSet   bool
+	json      bool
+	logLevel  string
+	logFormat string
 
 	// log writes to stderr at --log-level; set by PersistentPreRunE.
 	log *slog.Logger
@@ -103,6 +104,11 @@ fails the conditional-write contract.`,
 			return cfg.resolve(cmd)
 		},
 	}
+	// --version prints what `deed version` prints (cobra adds the flag
+	// when Version is set).
+	v, _ := buildVersion()
+	root.Version = v
+	root.SetVersionTemplate(versionLine(v) + "\n")
 	root.SetOut(cfg.inv.Stdout)
 	root.SetErr(cfg.inv.Stderr)
 	root.SetArgs(cfg.inv.Args)
@@ -117,6 +123,7 @@ fails the conditional-write contract.`,
 	f.StringVar(&cfg.node, "node", "", "node id: the daemon's (run; env "+envNode+", default the hostname), or the id claim, exec and release act as (default: a fresh <host>-cli-… / <host>-exec-… id; never a live node's, see --as-node)")
 	f.BoolVar(&cfg.json, "json", false, "print results and errors as JSON")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	f.StringVar(&cfg.logFormat, "log-format", "", "log format on stderr: text or json (default text; json with --json)")
 
 	for _, c := range commands {
 		root.AddCommand(c(cfg))
@@ -153,7 +160,17 @@ func (cfg *config) resolve(cmd *cobra.Command) error {
 		return bucket.Errorf(bucket.CodeBadRequest, "--log-level %q: want debug, info, warn or error", cfg.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	if cfg.json {
+	switch cfg.logFormat {
+	case "":
+		cfg.logFormat = "text"
+		if cfg.json {
+			cfg.logFormat = "json"
+		}
+	case "text", "json":
+	default:
+		return bucket.Errorf(bucket.CodeBadRequest, "--log-format %q: want text or json", cfg.logFormat)
+	}
+	if cfg.logFormat == "json" {
 		cfg.log = slog.New(slog.NewJSONHandler(cfg.inv.Stderr, opts))
 	} else {
 		cfg.log = slog.New(slog.NewTextHandler(cfg.inv.Stderr, opts))
@@ -176,7 +193,7 @@ func (cfg *config) openBucket(ctx context.Context) (bucket.Bucket, bucket.Locati
 	if err != nil {
 		return nil, loc, bucket.Errorf(bucket.CodeBadRequest, "%w", err)
 	}
-	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", cfg.endpoint, "region", cfg.region)
+	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", redactURL(cfg.endpoint), "region", cfg.region)
 	return b, loc, nil
 }
 
@@ -186,7 +203,7 @@ func (cfg *config) describe(loc bucket.Location) string {
 	if cfg.endpoint == "" {
 		return loc.String()
 	}
-	return loc.String() + " at " + cfg.endpoint
+	return loc.String() + " at " + redactURL(cfg.endpoint)
 }
 
 // run executes one invocation of the CLI and returns its exit status. It is
@@ -222,16 +239,32 @@ func (cfg *config) fail(err error) int {
 	}
 	code := bucket.CodeOf(err)
 	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), string(code)))
+	// A failed write says whether it may have taken effect.
+	var wf *writeFailure
+	var ap applied
+	if errors.As(err, &wf) {
+		ap = appliedOf(err)
+	}
 	if cfg.json {
 		writeJSON(cfg.inv.Stderr, struct {
-			Code  bucket.Code `json:"code"`
-			Error string      `json:"error"`
-		}{code, msg})
+			Code    bucket.Code `json:"code"`
+			Error   string      `json:"error"`
+			Applied applied     `json:"applied,omitempty"`
+		}{code, msg, ap})
+	} else if ap != "" {
+		fmt.Fprintf(cfg.inv.Stderr, "%s %s (applied: %s)\n", code, msg, ap)
 	} else {
 		fmt.Fprintf(cfg.inv.Stderr, "%s %s\n", code, msg)
 	}
 	return code.ExitStatus()
 }
+
+// writeFailure marks the error of a command that asked for a write (deed
+// append), so that fail reports whether it may have been applied.
+type writeFailure struct{ err error }
+
+func (e *writeFailure) Error() string { return e.err.Error() }
+func (e *writeFailure) Unwrap() error { return e.err }
 
 // wantsJSON scans raw arguments for --json, for errors cobra reports before
 // it parses flags.

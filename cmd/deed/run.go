@@ -2,10 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -30,6 +31,15 @@ type runFlags struct {
 	maxLimit     int
 	fenceExit    bool
 	drainTimeout time.Duration
+	maxConns     int
+
+	// embedded asks for the embedded store by name (--embedded-store).
+	embedded bool
+	// nodeSet and advertiseSet say --node (or DEED_NODE) and --advertise
+	// were given: the signs of a node meant to join others.
+	nodeSet, advertiseSet bool
+	tlsCert, tlsKey       string
+	tokenFile             string
 }
 
 func newRunCmd(cfg *config) *cobra.Command {
@@ -43,18 +53,42 @@ lease, watches its peers' leases, and serves the HTTP API on --listen.
 
 Without --bucket it serves an embedded store (gofakes3, persisted under
 --data-dir) on --s3-listen and uses it: a one-machine deed with nothing else
-to install. The CLI and a second daemon on the same machine share it with
---bucket s3://deed --endpoint http://<s3-listen>.
+to install. Its requests must be signed with the credentials generated at
+first start in <data-dir>/s3/credentials.env (mode 0600); the CLI uses it
+with those loaded ('. <data-dir>/s3/credentials.env') and --bucket s3://deed
+--endpoint http://<s3-listen>. The embedded store lives and dies with this
+daemon: for several local nodes, run 'deed fakes3 --dir DIR' as their store.
+
+A node without a bucket owns every cell alone, so run refuses (DEED-E040)
+to start on the embedded store when it looks like one node of many (--listen
+not loopback, or --node, DEED_NODE or --advertise set) unless
+--embedded-store asks for it.
+
+--tls-cert and --tls-key serve the API over HTTPS; the pair is reloaded when
+either file changes and on SIGHUP. --token-file reads the bearer token from
+a file, so it never shows on a command line.
 
 On SIGINT or SIGTERM it drains: every cell's log is sealed and its record
 released, then the node lease; a peer can claim every cell at once.`,
 		Example: `  deed run                                   # embedded store under ./deed-data
-  deed run --bucket s3://my-bucket/deed --node web-1 --advertise http://10.0.0.5:7480 --listen 0.0.0.0:7480 --token $TOKEN`,
+  deed run --bucket s3://my-bucket/deed --node web-1 --listen 0.0.0.0:7480 --advertise https://web-1.internal:7480 \
+    --tls-cert /etc/deed/tls.crt --tls-key /etc/deed/tls.key --token-file /etc/deed/token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("token") {
-				rf.token = cfg.inv.Getenv(envToken)
+			switch {
+			case rf.tokenFile != "" && cmd.Flags().Changed("token"):
+				return errBothTokens()
+			case rf.tokenFile != "":
+				token, err := readTokenFile(rf.tokenFile)
+				if err != nil {
+					return err
+				}
+				rf.token = token
+			case !cmd.Flags().Changed("token"):
+				rf.token = cfg.getenv(envToken)
 			}
+			rf.nodeSet = cmd.Flags().Changed("node") || cfg.getenv(envNode) != ""
+			rf.advertiseSet = cmd.Flags().Changed("advertise")
 			return runDaemon(cmd.Context(), cfg, rf)
 		},
 	}
@@ -69,6 +103,11 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.IntVar(&rf.maxLimit, "max-limit", 1000, "largest ?limit of a read")
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
+	f.IntVar(&rf.maxConns, "max-conns", defaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
+	f.BoolVar(&rf.embedded, "embedded-store", false, "use the embedded store even though --node, --advertise or a non-loopback --listen say this node may have peers (they would not share it)")
+	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve the API over HTTPS with this PEM certificate (chain); reloaded when it changes and on SIGHUP")
+	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&rf.tokenFile, "token-file", "", "read the API's bearer token from this file (trailing newline ignored) instead of --token/"+envToken)
 	return cmd
 }
 
@@ -80,18 +119,62 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if rf.token == "" && !isLoopback(host) {
 		return bucket.Errorf(bucket.CodeBadRequest, "--listen %s is not loopback: set --token (or %s) so the API is not open to the network", rf.listen, envToken)
 	}
-	if rf.maxBody <= 0 || rf.maxLimit <= 0 {
-		return bucket.Errorf(bucket.CodeBadRequest, "--max-body and --max-limit must be positive")
+	if rf.maxBody <= 0 || rf.maxLimit <= 0 || rf.maxConns < 0 {
+		return bucket.Errorf(bucket.CodeBadRequest, "--max-body and --max-limit must be positive, --max-conns not negative")
+	}
+	if err := checkStoreChoice(cfg, rf, host); err != nil {
+		return err
+	}
+	var certs *certReloader
+	if rf.tlsCert != "" || rf.tlsKey != "" {
+		if rf.tlsCert == "" || rf.tlsKey == "" {
+			return bucket.Errorf(bucket.CodeBadRequest, "--tls-cert and --tls-key go together")
+		}
+		if certs, err = newCertReloader(rf.tlsCert, rf.tlsKey, cfg.log); err != nil {
+			return err
+		}
+		stop := reloadOnSIGHUP(certs)
+		defer stop()
+	}
+	scheme := "http://"
+	if certs != nil {
+		scheme = "https://"
 	}
 	if err := owner.ValidateTTL(rf.ttl); err != nil {
 		return bucket.Wrap(err, "--ttl")
 	}
 	if rf.advertise == "" {
-		rf.advertise = "http://" + rf.listen
+		rf.advertise = scheme + rf.listen
 	}
+
+	// The API's port is bound first, so that "address in use" fails at
+	// once, and /healthz answers while the store is probed (/readyz says
+	// not ready until the daemon is up).
+	ln, err := net.Listen("tcp", rf.listen)
+	if err != nil {
+		return bucket.Errorf(bucket.CodeBadRequest, "listen %s: %w", rf.listen, err)
+	}
+	api := apiConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}
+	// Requests get a context the drain cancels: http.Server.Shutdown waits
+	// for handlers but never cancels them, and an append retrying its slot
+	// through an outage would hold the whole drain budget.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	h := &swapHandler{}
+	h.set(startingHandler(api))
+	srv, sln := newAPIServer(h, ln, rf.maxConns, reqCtx)
+	if certs != nil {
+		// TLS on top of the connection cap: the cap counts (and may
+		// replace) idle connections whatever they carry.
+		sln = tls.NewListener(sln, certs.tlsConfig())
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(sln) }()
+	stopEarly := func() { _ = srv.Close() }
 
 	b, where, closeStore, err := openRunStore(ctx, cfg, rf)
 	if err != nil {
+		stopEarly()
 		return err
 	}
 	defer closeStore()
@@ -99,26 +182,11 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	m := newMetrics()
 	d, err := openDaemon(ctx, daemonConfig{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit}, b, cfg.log, m)
 	if err != nil {
+		stopEarly()
 		return err
 	}
-	ln, err := net.Listen("tcp", rf.listen)
-	if err != nil {
-		_ = d.Close(context.WithoutCancel(ctx))
-		return bucket.Errorf(bucket.CodeBadRequest, "listen %s: %w", rf.listen, err)
-	}
-	// Requests get a context the drain cancels: http.Server.Shutdown waits
-	// for handlers but never cancels them, and an append retrying its slot
-	// through an outage would hold the whole drain budget.
-	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRequests()
-	srv := &http.Server{
-		Handler:           d.handler(apiConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	printRunBanner(cfg, rf, ln.Addr().String(), where)
+	h.set(d.handler(api))
+	printRunBanner(cfg, rf, scheme+ln.Addr().String(), where)
 
 	var runErr error
 	select {
@@ -144,6 +212,40 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	return runErr
 }
 
+// checkStoreChoice refuses the embedded store where it would silently make
+// this node the only owner of every cell: every node started without a
+// bucket has a store of its own, so two of them both "own" each cell. A
+// node that looks like one of many (reachable off loopback, or given a
+// name or an address for peers) must name a bucket, or ask for the
+// embedded store with --embedded-store.
+func checkStoreChoice(cfg *config, rf runFlags, listenHost string) error {
+	if cfg.bucketURL != "" {
+		if rf.embedded {
+			return bucket.Errorf(bucket.CodeBadRequest, "--embedded-store and --bucket (or %s) contradict each other: choose one", envBucket)
+		}
+		return nil
+	}
+	if rf.embedded {
+		return nil
+	}
+	var why []string
+	if !isLoopback(listenHost) {
+		why = append(why, "--listen "+rf.listen+" is not loopback")
+	}
+	if rf.nodeSet {
+		why = append(why, "--node (or "+envNode+") is set")
+	}
+	if rf.advertiseSet {
+		why = append(why, "--advertise is set")
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return bucket.Errorf(bucket.CodeBadRequest, "no bucket, and %s: this node may have peers, and on a store of its own it would "+
+		"own every cell alone. Set --bucket s3://NAME[/PREFIX] (or %s) to the store the nodes share, "+
+		"or pass --embedded-store to run on a store only this daemon uses", strings.Join(why, ", "), envBucket)
+}
+
 // openRunStore opens --bucket, or starts the embedded store.
 func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket, string, func(), error) {
 	if cfg.bucketURL != "" {
@@ -153,9 +255,17 @@ func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket,
 		}
 		return b, cfg.describe(loc), func() {}, nil
 	}
-	srv, err := fakes3.NewServer(fakes3.ServerOptions{Dir: filepath.Join(rf.dataDir, "s3"), Buckets: []string{defaultFakeBucket}, Logger: cfg.log})
+	if err := checkLoopbackListen("--s3-listen", rf.s3Listen); err != nil {
+		return nil, "", nil, err
+	}
+	dir := filepath.Join(rf.dataDir, "s3")
+	creds, credsFile, err := storeCredentials(dir)
 	if err != nil {
-		return nil, "", nil, bucket.Errorf(bucket.CodeUnavailable, "embedded store in %s: %w", rf.dataDir, err)
+		return nil, "", nil, err
+	}
+	srv, err := fakes3.NewServer(fakes3.ServerOptions{Dir: dir, Buckets: []string{defaultFakeBucket}, Logger: cfg.log, Credentials: &creds})
+	if err != nil {
+		return nil, "", nil, bucket.Wrap(err, "embedded store in %s", rf.dataDir) // a damaged store file keeps its DEED-E032
 	}
 	url, err := srv.Start(rf.s3Listen)
 	if err != nil {
@@ -163,12 +273,12 @@ func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket,
 		return nil, "", nil, bucket.Errorf(bucket.CodeBadRequest, "embedded store on %s: %w", rf.s3Listen, err)
 	}
 	loc := bucket.Location{Bucket: defaultFakeBucket}
-	b, err := bucket.OpenS3(ctx, loc, bucket.S3Options{Endpoint: url, Credentials: credentials.NewStaticCredentialsProvider("deed", "deed", "")})
+	b, err := bucket.OpenS3(ctx, loc, bucket.S3Options{Endpoint: url, Credentials: credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, "")})
 	if err != nil {
 		_ = srv.Close()
 		return nil, "", nil, bucket.Errorf(bucket.CodeUnavailable, "embedded store: %w", err)
 	}
-	return b, "embedded store " + loc.String() + " at " + url + " (data in " + rf.dataDir + ")", func() { _ = srv.Close() }, nil
+	return b, "embedded store " + loc.String() + " at " + url + " (data in " + rf.dataDir + ", credentials in " + credsFile + ")", func() { _ = srv.Close() }, nil
 }
 
 func isLoopback(host string) bool {
@@ -180,8 +290,7 @@ func isLoopback(host string) bool {
 }
 
 // printRunBanner says, in a few lines, what to do next.
-func printRunBanner(cfg *config, rf runFlags, addr, where string) {
-	api := "http://" + addr
+func printRunBanner(cfg *config, rf runFlags, api, where string) {
 	if cfg.json {
 		writeJSON(cfg.inv.Stdout, map[string]any{"node": cfg.node, "api": api, "advertise": rf.advertise, "store": where})
 		return
@@ -197,7 +306,9 @@ func printRunBanner(cfg *config, rf runFlags, addr, where string) {
 	fmt.Fprintf(w, "  curl%s '%s/v1/cells/demo/records?after=0&barrier=true'\n", auth, api)
 	fmt.Fprintf(w, "  curl%s %s/v1/cells/demo\n", auth, api)
 	if cfg.bucketURL == "" {
-		fmt.Fprintf(w, "share the embedded store: deed --bucket s3://%s --endpoint http://%s <command>  (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY: any values)\n", defaultFakeBucket, rf.s3Listen)
+		fmt.Fprintf(w, "the CLI on the embedded store: . %s && deed --bucket s3://%s --endpoint http://%s <command>\n",
+			filepath.Join(rf.dataDir, "s3", fakes3.CredentialsFile), defaultFakeBucket, rf.s3Listen)
+		fmt.Fprintf(w, "it stops with this daemon: for several nodes on this machine, share 'deed fakes3 --dir DIR' instead\n")
 	}
 	fmt.Fprintf(w, "stop with Ctrl-C: cells are sealed and released, peers can claim them at once\n")
 }

@@ -29,10 +29,15 @@ func newVersionCmd(cfg *config) *cobra.Command {
 				})
 				return nil
 			}
-			fmt.Fprintf(cfg.inv.Stdout, "deed %s (%s, %s/%s)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintln(cfg.inv.Stdout, versionLine(v))
 			return nil
 		},
 	}
+}
+
+// versionLine is the one line `deed version` and `deed --version` print.
+func versionLine(v string) string {
+	return fmt.Sprintf("deed %s (%s, %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // buildVersion returns the version to report and the VCS revision, if known.

@@ -88,13 +88,18 @@ func Ratio(d, rtt time.Duration) float64 {
 
 // Counted wraps a bucket and counts the requests whose key (or list
 // prefix) starts with Prefix, so that a benchmark can count one layer's
-// requests while a node's background loop uses the same store.
+// requests while a node's background loop uses the same store. It also
+// keeps the largest body any Get returned: what one read held in memory.
 type Counted struct {
 	B      bucket.Bucket
 	Prefix string
 
 	get, head, put, del, list atomic.Int64
+	largest                   atomic.Int64
 }
+
+// LargestBody is the size of the largest body a Get has returned.
+func (c *Counted) LargestBody() int64 { return c.largest.Load() }
 
 // Counts is a snapshot of a Counted's counters.
 type Counts struct{ Get, Head, Put, Delete, List int64 }
@@ -124,7 +129,13 @@ func (c *Counted) count(n *atomic.Int64, key string) {
 
 func (c *Counted) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	c.count(&c.get, key)
-	return c.B.Get(ctx, key, max)
+	o, err := c.B.Get(ctx, key, max)
+	for n := int64(len(o.Body)); ; {
+		if cur := c.largest.Load(); n <= cur || c.largest.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	return o, err
 }
 
 func (c *Counted) Head(ctx context.Context, key string) (bucket.Info, error) {

@@ -45,9 +45,11 @@ import (
 // versitygw binary (v1.8.0). Unset means: skip the versitygw targets.
 const EnvVersitygw = "DEED_VERSITYGW"
 
-// The static credentials every target uses. Neither server checks them
-// against anything real; they exist so that SigV4 signing has something to
-// sign with and the AWS default chain is never consulted in tests.
+// The static credentials every target uses. The HTTP fake checks every
+// request's signature against them (as `deed fakes3` and the embedded store
+// do against their generated ones), so every SDK-path test also exercises
+// the fake's SigV4 verification; they also keep the AWS default chain out
+// of tests.
 const (
 	AccessKey = "deedtestaccess"
 	SecretKey = "deedtestsecret0123456789"
@@ -97,11 +99,16 @@ func HTTPFake(t testing.TB) Target {
 }
 
 // HTTPFakeWith is HTTPFake with server options (for example
-// IgnoreConditions). The bucket "deed-test" is added to opts.Buckets.
+// IgnoreConditions). The bucket "deed-test" is added to opts.Buckets, and
+// the server checks signatures against AccessKey/SecretKey unless
+// opts.Credentials names others.
 func HTTPFakeWith(t testing.TB, opts fakes3.ServerOptions) Target {
 	t.Helper()
 	const name = "deed-test"
 	opts.Buckets = append(slices.Clone(opts.Buckets), name)
+	if opts.Credentials == nil {
+		opts.Credentials = &fakes3.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}
+	}
 	srv, err := fakes3.NewServer(opts)
 	if err != nil {
 		t.Fatalf("s3test: %v", err)

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
+)
+
+// --endpoint pointed at a daemon's API port (a plausible slip: both are
+// local URLs) used to read as an empty bucket: show printed "never
+// claimed" with exit 0 and release said DEED-E024. Now every command
+// fails with DEED-E040 naming what answered.
+func TestWrongEndpointIsNotS3(t *testing.T) {
+	td := startTestDaemon(t, fakes3.NewMem(), "node-a", apiConfig{})
+	if st, body := td.call(t, "POST", "/v1/cells/demo/append", "x"); st != 200 {
+		t.Fatalf("append: %d %v", st, body)
+	}
+	for _, args := range [][]string{
+		{"show", "demo"},
+		{"release", "demo", "--node", "node-a"},
+		{"ls"},
+		{"probe"},
+	} {
+		args = append(args, "--bucket", "s3://deed", "--endpoint", td.srv.URL)
+		r := deed(t, t.Context(), nil, args...)
+		if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") ||
+			!strings.Contains(r.stderr, td.srv.URL) || !strings.Contains(r.stderr, "deed daemon") {
+			t.Errorf("deed %q: exit %d\nstdout %q\nstderr %q\nwant exit 2, %s naming the daemon at %s", args, r.status, r.stdout, r.stderr, bucket.CodeBadRequest, td.srv.URL)
+		}
+	}
+}
+
+// read of a cell that was never claimed says so and fails (DEED-E040, exit
+// 2); a claimed cell with no records reads as empty, exit 0.
+func TestReadNeverClaimed(t *testing.T) {
+	td := startTestDaemon(t, fakes3.NewMem(), "node-a", apiConfig{})
+	r := deed(t, t.Context(), nil, "read", "nope", "--addr", td.srv.URL)
+	if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") || !strings.Contains(r.stderr, "never claimed") {
+		t.Errorf("read of a never-claimed cell: exit %d %q %q", r.status, r.stdout, r.stderr)
+	}
+	if st, body := td.call(t, "POST", "/v1/cells/empty/claim", ""); st != 200 {
+		t.Fatalf("claim: %d %v", st, body)
+	}
+	if r := deed(t, t.Context(), nil, "read", "empty", "--addr", td.srv.URL); r.status != 0 || r.stdout != "" {
+		t.Errorf("read of a claimed, empty cell: exit %d %q %q", r.status, r.stdout, r.stderr)
+	}
+	if st, body := td.call(t, "POST", "/v1/cells/c/append", "hello"); st != 200 {
+		t.Fatalf("append: %d %v", st, body)
+	}
+	if r := deed(t, t.Context(), nil, "read", "c", "--addr", td.srv.URL); r.status != 0 || r.stdout != "1\thello\n" {
+		t.Errorf("read c: exit %d %q %q", r.status, r.stdout, r.stderr)
+	}
+}

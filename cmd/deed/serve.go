@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// How long the API waits on a client. No endpoint streams or long-polls
+// (read --follow polls), so every bound is about a client that is slow or
+// gone, never about a handler: an append may take as long as the store
+// needs to make it durable, and no timeout here cuts it off.
+const (
+	// apiHeaderTimeout bounds the request line and headers, and how long a
+	// new connection may stay silent.
+	apiHeaderTimeout = 10 * time.Second
+	// apiBodyTimeout bounds the reading of a request body (one record, at
+	// most --max-body bytes); a body that trickles in slower is refused
+	// (DEED-E040) and nothing is written.
+	apiBodyTimeout = 30 * time.Second
+	// apiWriteTimeout bounds the writing of one answer, from its first
+	// byte: a client that stops reading loses its answer.
+	apiWriteTimeout = 30 * time.Second
+	// apiIdleTimeout is how long a keep-alive connection may wait between
+	// requests.
+	apiIdleTimeout = 60 * time.Second
+	// defaultMaxConns is --max-conns: far below the file descriptors a Go
+	// process has, so that connections alone cannot exhaust them.
+	defaultMaxConns = 1024
+)
+
+// newAPIServer is the HTTP server of `deed run` on ln: the timeouts above,
+// and at most maxConns connections (0: no cap). base is the context of
+// every request.
+func newAPIServer(h http.Handler, ln net.Listener, maxConns int, base context.Context) (*http.Server, net.Listener) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: apiHeaderTimeout,
+		IdleTimeout:       apiIdleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return base },
+	}
+	if maxConns > 0 {
+		cl := &connLimiter{Listener: ln, max: maxConns, conns: map[net.Conn]connEntry{}}
+		srv.ConnState = cl.track
+		ln = cl
+	}
+	return srv, ln
+}
+
+// connLimiter caps the connections the API holds open. At the cap, a new
+// connection takes the place of the one that has waited longest without a
+// request under way (a keep-alive connection between requests, or a new
+// one that has sent nothing yet), so idle clients cannot lock out
+// /readyz or a real request; when every connection is in the middle of a
+// request, the new one is closed at once (the header and body timeouts
+// bound how long that lasts). The kernel's backlog is never left to fill.
+//
+// It counts the connections it hands out until they are closed, and learns
+// which are idle from the server's ConnState hook (track), which also
+// recognises them inside a TLS connection made on top of this listener.
+type connLimiter struct {
+	net.Listener
+	max int
+
+	mu    sync.Mutex
+	conns map[net.Conn]connEntry
+}
+
+type connEntry struct {
+	state http.ConnState
+	since time.Time
+}
+
+// limitedConn leaves the limiter's count when it is closed.
+type limitedConn struct {
+	net.Conn
+	l    *connLimiter
+	once sync.Once
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		raw, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		c := &limitedConn{Conn: raw, l: l}
+		var victim net.Conn
+		l.mu.Lock()
+		full := len(l.conns) >= l.max
+		if full {
+			var since time.Time
+			for vc, e := range l.conns {
+				if (e.state == http.StateNew || e.state == http.StateIdle) && (victim == nil || e.since.Before(since)) {
+					victim, since = vc, e.since
+				}
+			}
+			if victim != nil {
+				delete(l.conns, victim)
+			}
+		}
+		if !full || victim != nil {
+			l.conns[c] = connEntry{state: http.StateNew, since: time.Now()}
+		}
+		l.mu.Unlock()
+		switch {
+		case !full:
+			return c, nil
+		case victim == nil:
+			_ = raw.Close() // every connection is mid-request
+		default:
+			_ = victim.Close()
+			return c, nil
+		}
+	}
+}
+
+// track is the server's ConnState hook.
+func (l *connLimiter) track(c net.Conn, s http.ConnState) {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		c = tc.NetConn()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.conns[c]; !ok {
+		return // closed or evicted meanwhile
+	}
+	switch s {
+	case http.StateClosed, http.StateHijacked:
+		delete(l.conns, c)
+	default:
+		l.conns[c] = connEntry{state: s, since: time.Now()}
+	}
+}
+
+// open is how many connections the limiter counts as open.
+func (l *connLimiter) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// deadlineWriter bounds the writing of one answer: its first byte sets the
+// connection's write deadline apiWriteTimeout ahead.
+type deadlineWriter struct {
+	http.ResponseWriter
+	armed bool
+}
+
+func (w *deadlineWriter) arm() {
+	if !w.armed {
+		w.armed = true
+		_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(apiWriteTimeout))
+	}
+}
+
+func (w *deadlineWriter) WriteHeader(code int) {
+	w.arm()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	w.arm()
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// swapHandler serves with whatever handler was set last: the starting one
+// while the store is probed, the daemon's once it is open.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// startingHandler answers while `deed run` starts (the store probe, the
+// node lease): /healthz says the process is up, /readyz that it is not
+// ready, and every other request is refused with DEED-E011 (retry),
+// applied "no".
+func startingHandler(cfg apiConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true, "starting": true})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, bucket.Errorf(bucket.CodeNodeFenced, "not ready: starting (store probe, node lease)"))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, bucket.Errorf(bucket.CodeUnavailable, "the daemon is starting (store probe, node lease); retry"))
+	})
+	return guard(cfg, mux)
+}

@@ -1,0 +1,153 @@
+package owner
+
+import (
+	"context"
+	"errors"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// maxHints bounds how many cells a node remembers (see hintTable): about
+// 100 bytes each, so at most a couple of MB however many cells pass through
+// a long-lived daemon. Forgetting a hint costs one round trip, never
+// correctness.
+const maxHints = 16384
+
+// maxLean bounds hintTable.lean: after a run of cells that all existed (or
+// all did not), this many claims of the other kind switch the first request
+// back.
+const maxLean = 4
+
+// hintTable is what a node remembers of cells it does not hold; n.mu guards
+// it. The zero value is ready.
+type hintTable struct {
+	cells map[string]Hint
+	// lean weighs, for cells this node knew nothing about, how many existed
+	// (+1 each) against how many had never been claimed (−1 each), within
+	// ±maxLean. Such a cell is claimed with a create-only PUT first only
+	// while lean <= 0: where most unknown cells exist (a node taking over a
+	// dead peer's cells, or cells that move between nodes), the refused
+	// create would cost one round trip more than reading first; after one
+	// refusal the node reads first instead (2 RTT), and returns to creating
+	// first once as many unknown cells turned out absent.
+	lean int
+}
+
+func (t *hintTable) get(cell string) Hint { return t.cells[cell] }
+
+// createFirst says whether a cell this node knows nothing about is more
+// likely absent than not, judged by those it met so far.
+func (t *hintTable) createFirst() bool { return t.lean <= 0 }
+
+// unknownWas records whether a cell this node knew nothing about existed.
+func (t *hintTable) unknownWas(exists bool) {
+	if exists {
+		t.lean = min(t.lean+1, maxLean)
+	} else {
+		t.lean = max(t.lean-1, -maxLean)
+	}
+}
+
+// note remembers h for cell, replacing what was known unless keep is set
+// and something is. When the table is full an arbitrary entry goes: the
+// next claim of that cell guesses as if it knew nothing.
+func (t *hintTable) note(cell string, h Hint, keep bool) {
+	if _, ok := t.cells[cell]; ok && keep {
+		return
+	}
+	if t.cells == nil {
+		t.cells = map[string]Hint{}
+	}
+	if _, ok := t.cells[cell]; !ok && len(t.cells) >= maxHints {
+		for k := range t.cells {
+			delete(t.cells, k)
+			break
+		}
+	}
+	t.cells[cell] = h
+}
+
+// drop forgets cell: it is held, and its lease knows the ETag.
+func (t *hintTable) drop(cell string) { delete(t.cells, cell) }
+
+// readOwn records what a read of own.json found: a cell met for the first
+// time weighs in lean, and a cell that exists is read first from now on.
+func (t *hintTable) readOwn(cell string, exists bool) {
+	if _, ok := t.cells[cell]; !ok {
+		t.unknownWas(exists)
+	}
+	if exists {
+		t.note(cell, Hint{Known: true}, true)
+	}
+}
+
+// claimFirst tries the claim Guess proposes before own.json is read: a
+// create-only PUT for a cell this node knows nothing about (while such cells
+// have mostly been absent, see hintTable), or an If-Match PUT on the ETag of
+// this node's own release. done is false when the caller must read and
+// decide as usual: there was no guess, or the store refused it (412, 409, or
+// 404 on If-Match), which means the cell exists or changed since the
+// release. Nothing was written then.
+//
+// A guess whose outcome is ambiguous is settled like any claim's: the record
+// is read back, and it applied iff it carries this attempt's nonce; if it
+// cannot be read, the answer is DEED-E012, never a refusal.
+func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (l *Lease, reason string, err error, done bool) {
+	n.mu.Lock()
+	h := n.hints.get(cell)
+	if _, ok := n.held[cell]; ok {
+		h = Hint{Known: true} // re-entry: the record names this node
+	}
+	if !h.Known && !n.hints.createFirst() {
+		h.Known = true // unknown, but unknown cells have mostly existed
+	}
+	n.mu.Unlock()
+	d, etag, ok := Guess(h, opts.Force)
+	if !ok {
+		return nil, "", nil, false
+	}
+	key := CellKey(cell)
+	rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli(), Inc: n.leaseIncarnation()}
+	cond := bucket.IfAbsent
+	if d.Action == Take {
+		cond = bucket.IfMatch(etag)
+	}
+	newETag, err := n.b.Put(ctx, key, rec.marshal(), cond)
+	switch {
+	case err == nil:
+	case errors.Is(err, bucket.ErrPrecondition), errors.Is(err, bucket.ErrConflict):
+		n.mu.Lock()
+		if d.Action == Create && errors.Is(err, bucket.ErrPrecondition) {
+			n.hints.unknownWas(true)
+		}
+		// Read first from now on; the read that follows must not weigh
+		// this cell in again.
+		n.hints.note(cell, Hint{Known: true}, false)
+		n.mu.Unlock()
+		n.log.Debug("first claim write refused; reading", "cell", cell, "guess", d.Reason, "err", err)
+		return nil, "", nil, false
+	default:
+		applied, got, rerr := n.reconcile(ctx, key, rec)
+		if rerr != nil {
+			return nil, "", bucket.Errorf(bucket.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr), true
+		}
+		if !applied {
+			n.mu.Lock()
+			n.hints.note(cell, Hint{Known: true}, false)
+			n.mu.Unlock()
+			return nil, "", nil, false
+		}
+		newETag = got
+	}
+	n.mu.Lock()
+	if d.Action == Create {
+		n.hints.unknownWas(false)
+	}
+	n.mu.Unlock()
+	l = n.mint(cell, rec, newETag)
+	if err := l.Err(); err != nil {
+		return nil, d.Reason, bucket.Wrap(err, "claim %s", cell), true
+	}
+	n.log.Info("claimed", "cell", cell, "epoch", rec.Epoch, "reason", d.Reason, "prev_node", "")
+	return l, d.Reason, nil, true
+}
