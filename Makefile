@@ -4,6 +4,8 @@
 #                 simulation runs 200 seeds; its broken variants must be caught)
 #   make sim      more seeds of the simulation: make sim SEEDS=5000 [SEEDBASE=1]
 #   make test-s3  the same, plus every S3 table against versitygw (installed on first use)
+#   make test-stores  the store tables and the end-to-end scenarios on gs:// and az://
+#                 against fake-gcs-server and Azurite (installed on first use)
 #   make lint     gofmt + go vet
 #   make bench    benchmarks only
 #   make bench-peers  deed, Litestream's S3 leaser and sets3lock side by side
@@ -28,13 +30,19 @@ BIN := bin/deed
 CACHE ?= $(HOME)/.cache/deed-bin
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW := $(abspath $(CACHE))/versitygw
+FAKEGCS_VERSION := v1.56.1
+FAKEGCS := $(abspath $(CACHE))/fake-gcs-server
+# Azurite 3.35.0 is the newest that runs on Node 20.
+AZURITE_VERSION := 3.35.0
+AZURITE_DIR := $(abspath $(CACHE))/azurite-$(AZURITE_VERSION)
+AZURITE := $(AZURITE_DIR)/node_modules/azurite/dist/src/blob/main.js
 
 # VERSION, when set, is linked in and printed by `deed version`; otherwise
 # deed derives it from the Go build info.
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-s3 versitygw lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
+.PHONY: build test test-s3 versitygw test-stores fakegcs azurite lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -75,6 +83,38 @@ versitygw:
 
 test-s3: versitygw
 	DEED_VERSITYGW='$(VERSITYGW)' $(GO) test -race -count=1 ./...
+
+# fake-gcs-server and Azurite are installed only when missing or a
+# different version, each reporting how long its install took; the tests
+# (bucket/storetest) start one per test on 127.0.0.1 and stop it by PID.
+fakegcs:
+	@if $(GO) version -m '$(FAKEGCS)' 2>/dev/null | grep -q 'github.com/fsouza/fake-gcs-server[[:space:]]*$(FAKEGCS_VERSION)'; then \
+		echo "fake-gcs-server $(FAKEGCS_VERSION): $(FAKEGCS)"; \
+	else \
+		echo "installing fake-gcs-server $(FAKEGCS_VERSION) into $(abspath $(CACHE))"; \
+		start=$$(date +%s); mkdir -p '$(abspath $(CACHE))' && \
+		GOBIN='$(abspath $(CACHE))' $(GO) install github.com/fsouza/fake-gcs-server@$(FAKEGCS_VERSION) && \
+		echo "fake-gcs-server installed in $$(( $$(date +%s) - start ))s"; \
+	fi
+
+azurite:
+	@if [ -f '$(AZURITE)' ] && grep -q '"version": "$(AZURITE_VERSION)"' '$(AZURITE_DIR)/node_modules/azurite/package.json'; then \
+		echo "azurite $(AZURITE_VERSION): $(AZURITE)"; \
+	else \
+		command -v node >/dev/null && command -v npm >/dev/null || { echo "azurite needs node and npm"; exit 1; }; \
+		echo "installing azurite $(AZURITE_VERSION) into $(AZURITE_DIR) (node $$(node --version))"; \
+		start=$$(date +%s); mkdir -p '$(AZURITE_DIR)' && \
+		npm install --prefix '$(AZURITE_DIR)' --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION) && \
+		echo "azurite installed in $$(( $$(date +%s) - start ))s"; \
+	fi
+
+# test-stores: the contract, probe, ownership and replication tables and
+# the end-to-end scenarios of deed run (claim, forced takeover, kill -9
+# failover, drain) and deed bench on gs:// and az:// buckets.
+test-stores: fakegcs azurite
+	DEED_FAKEGCS='$(FAKEGCS)' DEED_AZURITE='$(AZURITE)' $(GO) test -race -count=1 \
+		-run 'TestContract|TestProbeS3Targets|TestOwnershipOverS3|TestScenariosOverS3|TestE2EStores' \
+		./bucket/... ./owner ./replication ./cmd/deed
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l: these files need formatting:"; echo "$$out"; exit 1; fi

@@ -60,6 +60,7 @@ var classRows = []struct {
 	{"412", 412, "PreconditionFailed", [8]error{eP, eP, eP, eP, eP, eP, eP, eP}},
 	{"409 ConditionalRequestConflict", 409, "ConditionalRequestConflict", [8]error{eC, eC, eC, eC, eC, eC, eC, eC}},
 	{"409 OperationAborted", 409, "OperationAborted", [8]error{eU, eU, eU, eU, eC, eC, eU, eC}},
+	{"409 BlobAlreadyExists", 409, "BlobAlreadyExists", [8]error{eU, eU, eU, eU, eP, eC, eU, eC}},
 	{"409 ObjectParentIsFile", 409, "ObjectParentIsFile", [8]error{eX, eX, eX, eX, eX, eX, eX, eX}},
 	{"404 NoSuchKey", 404, "NoSuchKey", [8]error{eN, eN, eN, eN, eN, eP, eN, eN}},
 	{"404 NoSuchBucket", 404, "NoSuchBucket", [8]error{eU, eU, eU, eU, eA, eA, eU, eA}},

@@ -40,22 +40,31 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// Location is a parsed s3://BUCKET[/PREFIX] URL.
+// Location is a parsed s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX] or
+// az://CONTAINER[/PREFIX] URL.
 type Location struct {
+	// Scheme is "" for S3 (s3://), "gs" for Google Cloud Storage, "az"
+	// for an Azure Blob Storage container.
+	Scheme string
 	Bucket string
 	Prefix string // without leading or trailing slash; "" for the whole bucket
 }
 
-// ParseURL parses s3://BUCKET[/PREFIX].
+// ParseURL parses s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX] and
+// az://CONTAINER[/PREFIX].
 func ParseURL(raw string) (Location, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Location{}, fmt.Errorf("parse bucket url %q: %w", raw, err)
 	}
-	if u.Scheme != "s3" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return Location{}, fmt.Errorf("parse bucket url %q: want s3://BUCKET[/PREFIX]", raw)
+	known := u.Scheme == "s3" || u.Scheme == "gs" || u.Scheme == "az"
+	if !known || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return Location{}, fmt.Errorf("parse bucket url %q: want s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX] or az://CONTAINER[/PREFIX]", raw)
 	}
 	loc := Location{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	if u.Scheme != "s3" {
+		loc.Scheme = u.Scheme
+	}
 	if loc.Prefix != "" {
 		if err := ValidateKey(loc.Prefix + "/x"); err != nil {
 			return Location{}, fmt.Errorf("parse bucket url %q: prefix: %w", raw, err)
@@ -65,10 +74,14 @@ func ParseURL(raw string) (Location, error) {
 }
 
 func (l Location) String() string {
-	if l.Prefix == "" {
-		return "s3://" + l.Bucket
+	scheme := l.Scheme
+	if scheme == "" {
+		scheme = "s3"
 	}
-	return "s3://" + l.Bucket + "/" + l.Prefix
+	if l.Prefix == "" {
+		return scheme + "://" + l.Bucket
+	}
+	return scheme + "://" + l.Bucket + "/" + l.Prefix
 }
 
 // WithPrefix scopes b to keys under prefix: every key passed in gets

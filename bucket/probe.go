@@ -581,6 +581,7 @@ func (p *prober) checkCreateRejected(ctx context.Context) step {
 		}
 	}
 	_, err = p.put(ctx, "create", p.body("create-again"), IfAbsent)
+	createErr := err
 	switch {
 	case err == nil:
 		return fail("If-None-Match: * on an existing key succeeded: the store ignores create-only conditions")
@@ -591,14 +592,28 @@ func (p *prober) checkCreateRejected(ctx context.Context) step {
 		}
 		return abort("rejected create", err)
 	}
+	if oe := (*OpError)(nil); errors.As(createErr, &oe) && oe.Status == 409 && oe.Code == "BlobAlreadyExists" {
+		p.report.Quirks.observe(QuirkAzureCreateExists)
+	}
 	after, _, err := p.currentETag(ctx, "create")
 	if err != nil {
 		return abort("head", err)
 	}
 	if !SameETag(before, after) {
-		return fail("If-None-Match: * was answered 412 but the object changed (%s -> %s)", before, after)
+		return fail("If-None-Match: * was answered %s but the object changed (%s -> %s)", refusal(createErr), before, after)
 	}
-	return pass("If-None-Match: * on an existing key was refused (412) and changed nothing")
+	return pass("If-None-Match: * on an existing key was refused (%s) and changed nothing", refusal(createErr))
+}
+
+// refusal names a failed precondition as the store answered it: 412, or
+// the status and code of a store that says it another way (Azure's 409
+// BlobAlreadyExists, quirks table: azure-create-exists-409).
+func refusal(err error) string {
+	var oe *OpError
+	if errors.As(err, &oe) && oe.Status != 0 && oe.Status != 412 {
+		return fmt.Sprintf("%d %s", oe.Status, oe.Code)
+	}
+	return "412"
 }
 
 // putPlain writes key unconditionally to set a check up. A store that

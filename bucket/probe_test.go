@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/storetest"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
@@ -102,7 +103,8 @@ func TestProbeIgnoredConditionsFailE010(t *testing.T) {
 // fake and, under make test-s3, versitygw: both must pass, and a server
 // ignoring conditions must fail with DEED-E010.
 func TestProbeS3Targets(t *testing.T) {
-	for _, tg := range s3test.Targets(t) {
+	// Under make test-stores: fake-gcs-server and Azurite too.
+	for _, tg := range storetest.All(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			for i := range 2 { // twice: the race must not pass by luck, nor the first run leave anything
 				rep, err := bucket.Probe(t.Context(), tg.Bucket, bucket.ProbeOptions{})
@@ -111,6 +113,9 @@ func TestProbeS3Targets(t *testing.T) {
 				}
 				if c, _ := rep.Check(bucket.ProbeRace); !strings.Contains(c.Detail, "1 won") {
 					t.Errorf("race: %s", c.Detail)
+				}
+				if c, _ := rep.Check(bucket.ProbeCreateRejected); tg.Name == "azurite" && !strings.Contains(c.Detail, "409 BlobAlreadyExists") {
+					t.Errorf("create-rejected on Azure does not say how it was refused: %s", c.Detail)
 				}
 				t.Logf("%s run %d: verdict %s, quirks %+v", tg.Name, i, rep.Verdict, rep.Quirks)
 			}

@@ -47,6 +47,13 @@ const (
 	QuirkDeleteMissingOK     = "if-match-delete-missing-ok"
 	QuirkParentIsFile        = "posix-parent-is-file-409"
 	QuirkObjectIsDirectory   = "posix-object-is-directory-409"
+	QuirkAzureCreateExists   = "azure-create-exists-409"
+	QuirkGCSGenerationETag   = "gcs-generation-etag"
+	QuirkSDKRetriesWrites    = "sdk-retries-conditional-writes"
+	QuirkAzureDeleteMissing  = "azure-if-match-delete-missing-412"
+	QuirkAzureStartFrom      = "azure-list-start-from"
+	QuirkDeleteIgnoresMatch  = "fakegcs-delete-ignores-precondition"
+	QuirkDelimiterPaging     = "fakegcs-delimiter-paging"
 )
 
 var conditional = []CondKind{CondIfAbsent, CondIfMatch}
@@ -88,6 +95,20 @@ var Quirks = []Quirk{
 		Status:   409,
 		Code:     "ConditionalRequestConflict",
 		Kind:     ErrConflict,
+	},
+	{
+		// Before QuirkConflictAnyCode: the blob exists, which is a lost
+		// create, not a race to retry.
+		ID:   QuirkAzureCreateExists,
+		Seen: "Azure Blob Storage (documented for Put Blob) and Azurite 3.35.0",
+		Behaviour: "a Put Blob with If-None-Match: * on a blob that exists fails with 409 " +
+			"BlobAlreadyExists, not 412",
+		Handling: "ErrPrecondition, as a 412 on S3: the key exists and nothing was written",
+		Op:       "put",
+		Conds:    []CondKind{CondIfAbsent},
+		Status:   409,
+		Code:     "BlobAlreadyExists",
+		Kind:     ErrPrecondition,
 	},
 	{
 		// Before QuirkConflictAnyCode: these 409s are permanent, and
@@ -135,6 +156,63 @@ var Quirks = []Quirk{
 			"conditional DELETE as a warning, and deed never depends on it for safety",
 		Status: 501,
 		Kind:   ErrUnsupported,
+	},
+	{
+		ID: QuirkGCSGenerationETag,
+		Seen: "Google Cloud Storage and fake-gcs-server: their write preconditions take a " +
+			"generation number (ifGenerationMatch), not an ETag",
+		Behaviour: "a version is named by its generation; create-only is ifGenerationMatch=0",
+		Handling: "bucket/gcs hands out the generation as a decimal string wherever deed expects " +
+			"an ETag (Put, Get, Head, List) and sends it back as ifGenerationMatch; an If-Match " +
+			"value that is no generation names no version the bucket can hold, so it is " +
+			"ErrPrecondition without a request",
+	},
+	{
+		ID: QuirkSDKRetriesWrites,
+		Seen: "aws-sdk-go-v2, cloud.google.com/go/storage (it counts a write with a generation " +
+			"precondition as idempotent) and the Azure SDK (retries every failed request) all " +
+			"retry by default",
+		Behaviour: "a retried conditional write whose first attempt landed collides with its own " +
+			"result and reports a false 412",
+		Handling: "each adapter sends conditional writes once, with the SDK's retries off, under " +
+			"a timeout (DefaultWriteTimeout), and reports a failure without an answer as " +
+			"ErrAmbiguous; reads and unconditional writes keep the SDK's retries",
+	},
+	{
+		ID:   QuirkAzureDeleteMissing,
+		Seen: "Azurite 3.35.0",
+		Behaviour: "a Delete Blob with If-Match on a blob that does not exist fails with 412 " +
+			"ConditionNotMet, the answer for a blob with another ETag",
+		Handling: "bucket/azblob reads the key after a 412 on a conditional delete: no blob " +
+			"means ErrNotFound, as the contract reports a missing key; otherwise ErrPrecondition. " +
+			"Nothing was deleted either way",
+	},
+	{
+		ID:   QuirkAzureStartFrom,
+		Seen: "Azurite 3.35.0 ignores startFrom; Azure documents it as inclusive",
+		Behaviour: "List Blobs has no start-after; its startFrom, where honoured, includes the key " +
+			"itself",
+		Handling: "bucket/azblob drops every entry up to and including StartAfter itself, and " +
+			"carries the bound in its page token so later pages are filtered too; on a store " +
+			"that ignores startFrom a start-after listing reads from the start of the prefix",
+	},
+	{
+		ID:   QuirkDeleteIgnoresMatch,
+		Seen: "fake-gcs-server v1.56.1 (emulator only: GCS honours ifGenerationMatch on delete)",
+		Behaviour: "a delete with ifGenerationMatch deletes the object whatever its generation: " +
+			"the precondition is ignored",
+		Handling: "none possible in the adapter; the contract test asserts the deviation and the " +
+			"probe fails its conditional-delete check there. deed's safety never rests on a " +
+			"conditional delete; runs on fake-gcs-server must not be read as proving one",
+	},
+	{
+		ID:   QuirkDelimiterPaging,
+		Seen: "fake-gcs-server v1.56.1 (emulator only)",
+		Behaviour: "a listing with a delimiter pages objects only: every page carries all the " +
+			"common prefixes at or after its start, past maxResults, so a paged listing repeats them",
+		Handling: "none in the adapter; the contract test asserts the deviation. deed's own " +
+			"delimiter listings (cells, a cell's epochs) hold prefixes only, which the emulator " +
+			"returns whole on one page",
 	},
 	{
 		ID:   QuirkDeleteMissingOK,

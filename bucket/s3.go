@@ -90,6 +90,9 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 	if loc.Bucket == "" {
 		return nil, fmt.Errorf("open s3 bucket: empty bucket name")
 	}
+	if loc.Scheme != "" && loc.Scheme != "s3" {
+		return nil, fmt.Errorf("open s3 bucket: %s is not an s3:// location", loc)
+	}
 	if opts.Timeout < 0 {
 		return nil, fmt.Errorf("open s3 bucket %s: negative timeout %v", loc, opts.Timeout)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/storetest"
 	"github.com/deedkit/deed/fakes3/s3test"
 	"github.com/deedkit/deed/owner"
 )
@@ -11,9 +12,10 @@ import (
 func TestMain(m *testing.M) { s3test.Main(m) }
 
 // The claim/release/takeover scenarios through the real aws-sdk-go-v2 path,
-// against the HTTP fake and (with DEED_VERSITYGW) versitygw.
+// against the HTTP fake, (with DEED_VERSITYGW) versitygw, and (with
+// DEED_FAKEGCS / DEED_AZURITE) fake-gcs-server and Azurite.
 func TestOwnershipOverS3(t *testing.T) {
-	for _, tg := range s3test.Targets(t) {
+	for _, tg := range storetest.All(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := t.Context()
 			a := newNode(t, tg.Bucket, "a")

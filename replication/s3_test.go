@@ -6,16 +6,17 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
-	"github.com/deedkit/deed/fakes3/s3test"
+	"github.com/deedkit/deed/bucket/storetest"
 	"github.com/deedkit/deed/replication"
 )
 
 // The main scenarios through the real aws-sdk-go-v2 path, against the HTTP
-// fake and (with DEED_VERSITYGW) versitygw: takeover with a crashed
+// fake, (with DEED_VERSITYGW) versitygw and (with DEED_FAKEGCS /
+// DEED_AZURITE) fake-gcs-server and Azurite: takeover with a crashed
 // claimer (seal + tombstone), a fenced stale append, Close and a clean
 // handover; then snapshot, GC and restore.
 func TestScenariosOverS3(t *testing.T) {
-	for _, tg := range s3test.Targets(t) {
+	for _, tg := range storetest.All(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
 			b := tg.Bucket

@@ -213,8 +213,9 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestE2EForcedClaimFencesDaemon(t *testing.T) {
-	c := newE2ECluster(t)
+func TestE2EForcedClaimFencesDaemon(t *testing.T) { e2eForcedClaim(t, newE2ECluster(t)) }
+
+func e2eForcedClaim(t *testing.T, c *e2eCluster) {
 	_, a := c.daemon(t, "node-a")
 	var acked []string
 	for i := range 20 {
@@ -247,8 +248,9 @@ func TestE2EForcedClaimFencesDaemon(t *testing.T) {
 	}
 }
 
-func TestE2EKill9TakeoverWithinTTL(t *testing.T) {
-	c := newE2ECluster(t)
+func TestE2EKill9TakeoverWithinTTL(t *testing.T) { e2eKill9Takeover(t, newE2ECluster(t)) }
+
+func e2eKill9Takeover(t *testing.T, c *e2eCluster) {
 	pa, a := c.daemon(t, "node-a")
 	_, b := c.daemon(t, "node-b")
 	for _, cell := range []string{"c1", "c2", "c3"} {
@@ -283,8 +285,9 @@ func TestE2EKill9TakeoverWithinTTL(t *testing.T) {
 	}
 }
 
-func TestE2ESigtermDrains(t *testing.T) {
-	c := newE2ECluster(t)
+func TestE2ESigtermDrains(t *testing.T) { e2eSigtermDrains(t, newE2ECluster(t)) }
+
+func e2eSigtermDrains(t *testing.T, c *e2eCluster) {
 	pa, a := c.daemon(t, "node-a")
 	_, b := c.daemon(t, "node-b")
 	for i := range 5 {

@@ -117,7 +117,7 @@ fails the conditional-write contract.`,
 	})
 
 	f := root.PersistentFlags()
-	f.StringVar(&cfg.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX] (env "+envBucket+")")
+	f.StringVar(&cfg.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX], gs://NAME[/PREFIX] or az://CONTAINER[/PREFIX] (env "+envBucket+")")
 	f.StringVar(&cfg.endpoint, "endpoint", "", "S3 endpoint URL for S3-compatible stores (env "+envEndpoint+", then "+envEndpointS3+"; default AWS)")
 	f.StringVar(&cfg.region, "region", "", "signing region (env "+envRegion+", then the AWS config; default "+bucket.DefaultRegion+")")
 	f.StringVar(&cfg.node, "node", "", "node id: the daemon's (run; env "+envNode+", default the hostname), or the id claim, exec and release act as (default: a fresh <host>-cli-… / <host>-exec-… id; never a live node's, see --as-node)")
@@ -183,17 +183,13 @@ func (cfg *config) resolve(cmd *cobra.Command) error {
 // any request is sent.
 func (cfg *config) openBucket(ctx context.Context) (bucket.Bucket, bucket.Location, error) {
 	if cfg.bucketURL == "" {
-		return nil, bucket.Location{}, bucket.Errorf(bucket.CodeBadRequest, "no bucket: set --bucket s3://NAME[/PREFIX] or %s", envBucket)
+		return nil, bucket.Location{}, bucket.Errorf(bucket.CodeBadRequest, "no bucket: set --bucket s3://NAME[/PREFIX] (or gs://, az://) or %s", envBucket)
 	}
 	loc, err := bucket.ParseURL(cfg.bucketURL)
 	if err != nil {
 		return nil, bucket.Location{}, bucket.Errorf(bucket.CodeBadRequest, "--bucket: %w", err)
 	}
-	b, err := bucket.OpenS3(ctx, loc, bucket.S3Options{
-		Endpoint:    cfg.endpoint,
-		Region:      cfg.region,
-		Credentials: cfg.inv.Credentials,
-	})
+	b, err := cfg.openStore(ctx, loc)
 	if err != nil {
 		return nil, loc, bucket.Errorf(bucket.CodeBadRequest, "%w", err)
 	}
