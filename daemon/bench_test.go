@@ -1,4 +1,4 @@
-package main
+package daemon
 
 // Benchmarks of the node daemon: what one held cell costs in memory and in
 // S3 requests, and what the daemon adds on top of the S3 calls it makes.
