@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -69,9 +71,9 @@ func (l *lostAnswers) Put(ctx context.Context, key string, body []byte, c bucket
 
 // openTestDaemon opens an in-process daemon on b (no probe) and closes it
 // when the test ends.
-func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *daemon {
+func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *Daemon {
 	t.Helper()
-	d, err := openDaemon(t.Context(), daemonConfig{Node: "a", Advertise: "http://a", TTL: ttl, SkipProbe: true}, b, slog.New(slog.DiscardHandler), newMetrics())
+	d, err := Open(t.Context(), Config{Node: "a", Advertise: "http://a", TTL: ttl}, b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,14 +117,14 @@ func checkAnswers(t *testing.T, b bucket.Bucket, cell string, answers []appendAn
 				t.Errorf("acknowledged %s: in the log %d times", a, in[a.data])
 			}
 		case a.code == bucket.CodeAmbiguous:
-			if a.applied != string(appliedUnknown) {
+			if a.applied != string(client.AppliedUnknown) {
 				t.Errorf("%s: DEED-E012 must say applied unknown", a)
 			}
 			if in[a.data] > 1 {
 				t.Errorf("unknown %s: in the log %d times", a, in[a.data])
 			}
 		default:
-			if a.applied != string(appliedNo) {
+			if a.applied != string(client.AppliedNo) {
 				t.Errorf("%s: a refusal must say applied no", a)
 			}
 			if in[a.data] != 0 {
@@ -136,7 +138,7 @@ func checkAnswers(t *testing.T, b bucket.Bucket, cell string, answers []appendAn
 func serveAppend(h http.Handler, cell, data string) appendAnswer {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
-	var body errorBody
+	var body client.ErrorBody
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	return appendAnswer{data: data, status: rec.Code, code: body.Code, applied: string(body.Applied)}
 }
@@ -153,7 +155,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		const ttl = 2 * time.Second
 		la := newLostAnswers(m.Client("a"), "cells/c/ltx/")
 		d := openTestDaemon(t, la, ttl)
-		h := d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000})
+		h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
 		answers := []appendAnswer{serveAppend(h, "c", "before")}
 		if answers[0].status != 200 {
 			t.Fatalf("first append: %v", answers[0])
@@ -206,16 +208,23 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	m := fakes3.NewMem()
 	la := newLostAnswers(m.Client("a"), "cells/c/ltx/")
 	d := openTestDaemon(t, la, 2*time.Second)
-	srv := httptest.NewServer(d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
+	srv := httptest.NewServer(d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
 	defer srv.Close()
-	c := &apiClient{base: srv.URL, hc: &http.Client{}}
+	c, err := client.New(srv.URL, client.Options{HTTPClient: &http.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	send := func(ctx context.Context, data string) appendAnswer {
-		var v appendView
-		err := c.do(ctx, "POST", cellPath("c", "/append"), nil, strings.NewReader(data), &v)
+		_, err := c.Append(ctx, "c", []byte(data))
 		if err == nil {
 			return appendAnswer{data: data, status: 200}
 		}
-		return appendAnswer{data: data, status: 503, code: bucket.CodeOf(err), applied: string(appliedOf(err))}
+		var ce *client.Error
+		if !errors.As(err, &ce) {
+			t.Errorf("append %q: %T %v, want a *client.Error", data, err, err)
+			return appendAnswer{data: data, status: 503, code: bucket.CodeOf(err), applied: string(client.AppliedOf(err))}
+		}
+		return appendAnswer{data: data, status: 503, code: ce.Code, applied: string(ce.Applied)}
 	}
 	answers := []appendAnswer{send(t.Context(), "before")}
 	la.arm(true)
@@ -248,10 +257,10 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 
 // metricValue is the value of one series on the daemon's /metrics, or ""
 // when it has none.
-func metricValue(t *testing.T, d *daemon, series string) string {
+func metricValue(t *testing.T, d *Daemon, series string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	d.handler(apiConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
@@ -292,16 +301,16 @@ func (g *headGate) Head(ctx context.Context, key string) (bucket.Info, error) {
 func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		end    func(t *testing.T, d *daemon, m *fakes3.Mem)
+		end    func(t *testing.T, d *Daemon, m *fakes3.Mem)
 		status int
 		code   bucket.Code
 	}{
-		{"released", func(t *testing.T, d *daemon, _ *fakes3.Mem) {
+		{"released", func(t *testing.T, d *Daemon, _ *fakes3.Mem) {
 			if _, err := d.release(t.Context(), "c"); err != nil {
 				t.Fatal(err)
 			}
 		}, http.StatusServiceUnavailable, bucket.CodeUnavailable},
-		{"node fenced", func(t *testing.T, d *daemon, m *fakes3.Mem) {
+		{"node fenced", func(t *testing.T, d *Daemon, m *fakes3.Mem) {
 			m.Inject(fakes3.Rule{Client: "a", Key: owner.NodeKey("a"), Fault: fakes3.ErrBefore})
 			time.Sleep(2 * 2 * time.Second) // fenced, and the dropped log sealed
 			synctest.Wait()
@@ -312,7 +321,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				m := fakes3.NewMem()
 				g := &headGate{Bucket: m.Client("a"), prefix: "cells/c/ltx/", entered: make(chan struct{}), open: make(chan struct{})}
 				d := openTestDaemon(t, g, 2*time.Second)
-				h := d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000})
+				h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
 				if a := serveAppend(h, "c", "x"); a.status != 200 {
 					t.Fatal(a)
 				}
@@ -329,7 +338,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				tc.end(t, d, m)
 				close(g.open)
 				<-done
-				var body errorBody
+				var body client.ErrorBody
 				_ = json.Unmarshal(rec.Body.Bytes(), &body)
 				if rec.Code != tc.status || body.Code != tc.code {
 					t.Fatalf("barrier read racing the lease's end: %d %s, want %d %s", rec.Code, rec.Body.String(), tc.status, tc.code)

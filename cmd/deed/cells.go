@@ -264,3 +264,15 @@ func validPrefix(p string) error {
 	}
 	return nil
 }
+
+// sleepCtx sleeps for d, or until ctx is done (then it returns ctx.Err()).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
