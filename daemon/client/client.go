@@ -229,12 +229,18 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 func (c *Client) redactedBase() string { return redactURL(c.base) }
 
 // redactURL masks the password of a URL with user:pass@ in it, for every
-// message and log line that names an endpoint; anything that does not
-// parse as a URL is returned as it is, as it can carry no userinfo that
-// url.Parse would find.
+// message that names the daemon's address. Of a string that does not parse
+// as a URL, whatever lies between "://" and the last "@" is masked whole.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		i, j := strings.Index(s, "://"), strings.LastIndex(s, "@")
+		if i >= 0 && j > i {
+			return s[:i+3] + "xxxxx" + s[j:]
+		}
+		return s
+	}
+	if u.User == nil {
 		return s
 	}
 	return u.Redacted()
