@@ -115,6 +115,10 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 func (d *Daemon) newNode() (*owner.Node, error) {
 	return owner.NewNode(d.b, owner.Config{
 		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log,
+		// No record watch: it would cost one GET per held cell every
+		// TTL/3; the daemon's cells learn of a takeover on their next
+		// write, where the epoch fence refuses it (DEED-E021).
+		WatchInterval: -1,
 		Hooks: owner.Hooks{
 			Claim: func(_, result, reason string) { d.m.observeClaim(result, reason) },
 			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
