@@ -16,9 +16,9 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
-	"github.com/deedkit/deed/replication"
 )
 
 // The tests here check every answer an append gets against what the
@@ -86,53 +86,7 @@ func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *Daemon {
 }
 
 // appendAnswer is what one append was told.
-type appendAnswer struct {
-	data    string
-	status  int
-	code    bucket.Code
-	applied string
-}
-
-func (a appendAnswer) String() string {
-	return fmt.Sprintf("%q: %d %s applied=%q", a.data, a.status, a.code, a.applied)
-}
-
-// checkAnswers holds every answer against the records of cell as the
-// bucket holds them now. An error answer must carry "applied", "unknown"
-// exactly for DEED-E012.
-func checkAnswers(t *testing.T, b bucket.Bucket, cell string, answers []appendAnswer) {
-	t.Helper()
-	recs, err := replication.Read(context.WithoutCancel(t.Context()), b, cell, 0, 0)
-	if err != nil {
-		t.Fatalf("read %s: %v", cell, err)
-	}
-	in := map[string]int{}
-	for _, r := range recs {
-		in[string(r.Data)]++
-	}
-	for _, a := range answers {
-		switch {
-		case a.status == http.StatusOK:
-			if in[a.data] != 1 {
-				t.Errorf("acknowledged %s: in the log %d times", a, in[a.data])
-			}
-		case a.code == bucket.CodeAmbiguous:
-			if a.applied != string(client.AppliedUnknown) {
-				t.Errorf("%s: DEED-E012 must say applied unknown", a)
-			}
-			if in[a.data] > 1 {
-				t.Errorf("unknown %s: in the log %d times", a, in[a.data])
-			}
-		default:
-			if a.applied != string(client.AppliedNo) {
-				t.Errorf("%s: a refusal must say applied no", a)
-			}
-			if in[a.data] != 0 {
-				t.Errorf("refused %s, but the record is in the log", a)
-			}
-		}
-	}
-}
+type appendAnswer = daemontest.Answer
 
 // serveAppend runs one append through the handler and returns its answer.
 func serveAppend(h http.Handler, cell, data string) appendAnswer {
@@ -140,7 +94,7 @@ func serveAppend(h http.Handler, cell, data string) appendAnswer {
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
 	var body client.ErrorBody
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
-	return appendAnswer{data: data, status: rec.Code, code: body.Code, applied: string(body.Applied)}
+	return appendAnswer{Data: data, Status: rec.Code, Code: body.Code, Applied: string(body.Applied)}
 }
 
 // A node fences while appends are in flight and the store hangs on the
@@ -157,7 +111,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		d := openTestDaemon(t, la, ttl)
 		h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
 		answers := []appendAnswer{serveAppend(h, "c", "before")}
-		if answers[0].status != 200 {
+		if answers[0].Status != 200 {
 			t.Fatalf("first append: %v", answers[0])
 		}
 		// The node lease can no longer be renewed, and record PUTs land
@@ -180,7 +134,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		wg.Wait()
 		var unknown, refused int
 		for _, a := range answers[1:] {
-			switch a.code {
+			switch a.Code {
 			case bucket.CodeAmbiguous:
 				unknown++
 			case "":
@@ -193,7 +147,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 			t.Errorf("want 1 unknown (the record in flight) and 5 refused (queued), got %v", answers[1:])
 		}
 		m.ClearFaults()
-		checkAnswers(t, m.Client("reader"), "c", answers)
+		daemontest.CheckAnswers(t, m.Client("reader"), "c", answers)
 		if got := metricValue(t, d, `deed_appends_total{result="unknown"}`); got != "1" {
 			t.Errorf("deed_appends_total{result=\"unknown\"} = %q, want 1", got)
 		}
@@ -217,14 +171,14 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	send := func(ctx context.Context, data string) appendAnswer {
 		_, err := c.Append(ctx, "c", []byte(data))
 		if err == nil {
-			return appendAnswer{data: data, status: 200}
+			return appendAnswer{Data: data, Status: 200}
 		}
 		var ce *client.Error
 		if !errors.As(err, &ce) {
 			t.Errorf("append %q: %T %v, want a *client.Error", data, err, err)
-			return appendAnswer{data: data, status: 503, code: bucket.CodeOf(err), applied: string(client.AppliedOf(err))}
+			return appendAnswer{Data: data, Status: 503, Code: bucket.CodeOf(err), Applied: string(client.AppliedOf(err))}
 		}
-		return appendAnswer{data: data, status: 503, code: ce.Code, applied: string(ce.Applied)}
+		return appendAnswer{Data: data, Status: 503, Code: ce.Code, Applied: string(ce.Applied)}
 	}
 	answers := []appendAnswer{send(t.Context(), "before")}
 	la.arm(true)
@@ -234,7 +188,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	<-la.landed
 	cancel()
 	a := <-got
-	if a.code != bucket.CodeAmbiguous {
+	if a.Code != bucket.CodeAmbiguous {
 		t.Errorf("cancelled append with its record in the bucket: %v, want DEED-E012", a)
 	}
 	answers = append(answers, a)
@@ -252,7 +206,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	la.arm(false)
 	close(la.release)
 	answers = append(answers, send(t.Context(), "after"))
-	checkAnswers(t, m.Client("reader"), "c", answers)
+	daemontest.CheckAnswers(t, m.Client("reader"), "c", answers)
 }
 
 // metricValue is the value of one series on the daemon's /metrics, or ""
@@ -322,7 +276,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				g := &headGate{Bucket: m.Client("a"), prefix: "cells/c/ltx/", entered: make(chan struct{}), open: make(chan struct{})}
 				d := openTestDaemon(t, g, 2*time.Second)
 				h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
-				if a := serveAppend(h, "c", "x"); a.status != 200 {
+				if a := serveAppend(h, "c", "x"); a.Status != 200 {
 					t.Fatal(a)
 				}
 				g.mu.Lock()
