@@ -179,7 +179,7 @@ image-check:
 	cd deploy/image && $(GO) test -count=1 ./...
 
 deploy-check:
-	$(GO) test -count=1 -run 'TestDeploy|TestMetricsMatchREADME' ./cmd/deed
+	$(GO) test -count=1 -run 'TestDeploy|TestMetricsMatchREADME' ./daemon
 
 # man: one page per command, generated from the cobra command tree.
 man:

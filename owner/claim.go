@@ -242,6 +242,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 
 // releaseLease writes {node:"", epoch} with If-Match on the claim's ETag.
 func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
+	defer l.markReleasing()()
 	key := CellKey(l.cell)
 	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
 	etag, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
@@ -280,7 +281,9 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 
 // With claims cell, runs fn with the lease, and always releases it, so a
 // lease cannot be leaked by forgetting. fn's error wins over the release's.
-// fn should watch l.Done() if it runs long: the lease can end under it.
+// fn should watch l.Done() if it runs long: the lease can end under it —
+// on an opened node also when another node takes the cell over, which the
+// node's record watch notices within Config.WatchInterval (TTL/3).
 func (n *Node) With(ctx context.Context, cell string, fn func(*Lease) error) (err error) {
 	l, err := n.Claim(ctx, cell, ClaimOptions{})
 	if err != nil {

@@ -70,7 +70,12 @@
 // Only a successful claim mints a *Lease. Data-path calls take it as an
 // argument and refuse a zero, released, superseded or fenced one; Done
 // closes and Err says why (DEED-E022 released, DEED-E021 superseded,
-// DEED-E025 node fenced). With claims, runs a function and always releases.
+// DEED-E025 node fenced). A lease learns it was superseded either on the
+// data path (the epoch fence refuses its write) or, on an opened node, from
+// the node's watch, which re-reads the record of each held cell every TTL/3
+// (Config.WatchInterval): a holder that writes nothing still sees Done
+// close when another node takes its cell. With claims, runs a function and
+// always releases.
 //
 // Clocks decide only when a peer may take over; safety rests on the
 // conditional writes and the seals, so a paused process or a skewed clock

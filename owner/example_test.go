@@ -13,7 +13,15 @@ func ExampleNode_Claim() {
 	ctx := context.Background()
 	b := fakes3.NewMem() // or bucket.OpenS3(ctx, loc, opts)
 
-	a, _ := owner.NewNode(b, owner.Config{Name: "node-a", Addr: "10.0.0.1:7480"})
+	// node-a opens its node lease: while it renews it, node-a is alive to
+	// its peers, and it re-reads the record of each cell it holds every
+	// TTL/3, so that a lease taken from it ends by itself.
+	a, _ := owner.NewNode(b, owner.Config{Name: "node-a", Addr: "10.0.0.1:7480", TTL: owner.MinTTL})
+	if err := a.Open(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer a.Close(ctx)
 	lease, err := a.Claim(ctx, "tenant-42", owner.ClaimOptions{})
 	if err != nil {
 		fmt.Println(err)
@@ -21,17 +29,22 @@ func ExampleNode_Claim() {
 	}
 	fmt.Println(lease.Cell(), lease.Epoch())
 
-	// node-a was never opened, so it has no node lease and counts as dead:
-	// node-b's claim takes over and its new epoch fences node-a. (Had
-	// node-a called Open, node-b would get DEED-E020 until it stopped.)
+	// node-b is refused while node-a is alive; an operator's forced claim
+	// takes the cell, and its new epoch fences node-a.
 	b2, _ := owner.NewNode(b, owner.Config{Name: "node-b"})
-	l2, _ := b2.Claim(ctx, "tenant-42", owner.ClaimOptions{})
+	_, err = b2.Claim(ctx, "tenant-42", owner.ClaimOptions{})
+	fmt.Println(bucket.CodeOf(err))
+	l2, _ := b2.Claim(ctx, "tenant-42", owner.ClaimOptions{Force: true})
 	fmt.Println(l2.Node(), l2.Epoch())
-	fmt.Println(lease.Release(ctx))
+
+	// node-a writes nothing, yet its lease ends within TTL/3.
+	<-lease.Done()
+	fmt.Println(lease.Err())
 	// Output:
 	// tenant-42 1
+	// DEED-E020
 	// node-b 2
-	// DEED-E021 lease lost: cell tenant-42 epoch 1 superseded: own.json changed since the claim
+	// DEED-E021 lease lost: cell tenant-42 epoch 1 superseded: now held by node node-b at epoch 2
 }
 
 func ExampleLease_Release() {

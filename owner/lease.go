@@ -28,6 +28,9 @@ type Lease struct {
 	done  chan struct{}
 	err   error
 	after []func() // registered by AfterEnd; started when the lease ends
+	// releasing counts this node's releases of the lease under way: the
+	// node's record watch ignores what it reads meanwhile.
+	releasing int
 }
 
 // releaser writes the released record; implemented by *Node.
@@ -120,6 +123,25 @@ func (l *Lease) AfterEnd(f func()) {
 		l.mu.Unlock()
 	}
 	go f()
+}
+
+// isReleasing reports whether a release of l is under way.
+func (l *Lease) isReleasing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.releasing > 0
+}
+
+// markReleasing marks a release under way until the returned func is called.
+func (l *Lease) markReleasing() func() {
+	l.mu.Lock()
+	l.releasing++
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.releasing--
+		l.mu.Unlock()
+	}
 }
 
 // Release writes the released record (If-Match on the claim's ETag) and ends

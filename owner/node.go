@@ -33,6 +33,15 @@ type Config struct {
 	Logger *slog.Logger
 	// ClaimAttempts bounds re-decisions after 412s and 409s (default 8).
 	ClaimAttempts int
+	// WatchInterval is how often an opened node re-reads the ownership
+	// record of each cell it holds, so that a lease taken over by another
+	// node (or released by an operator) ends — Done closes, Err is
+	// DEED-E021 — even while its holder writes nothing. 0 means TTL/3;
+	// negative turns the watch off, for a holder of many cells that learns
+	// of a takeover on its data path instead (the daemon). It costs one
+	// GET per held cell and interval. A node that is never opened does not
+	// watch: it counts as dead to everyone, so any claim takes its cells.
+	WatchInterval time.Duration
 	// Hooks lets tests and metrics observe lifecycle events. Optional.
 	Hooks Hooks
 	// WallClock stamps at_ms in the ownership records and node leases this
@@ -216,6 +225,10 @@ func (n *Node) Open(ctx context.Context) error {
 	n.mu.Unlock()
 	n.wg.Add(1)
 	go n.loop(lctx, sent)
+	if every := n.cfg.watchInterval(); every > 0 {
+		n.wg.Add(1)
+		go n.watchHeld(lctx, every)
+	}
 	n.log.Info("node opened", "incarnation", n.incarnation, "ttl", n.cfg.TTL)
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -50,8 +49,8 @@ before appending it again). With --json the error object has "applied".`,
 			} else if data, err = readRecordFromStdin(cfg); err != nil {
 				return bucket.Errorf(bucket.CodeBadRequest, "append %s: read standard input: %w", cell, err)
 			}
-			var v appendView
-			if err := c.do(ctx, "POST", cellPath(cell, "/append"), nil, bytes.NewReader(data), &v); err != nil {
+			v, err := c.Append(ctx, cell, data)
+			if err != nil {
 				return &writeFailure{bucket.Wrap(err, "append %s", cell)}
 			}
 			if cfg.json {

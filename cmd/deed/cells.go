@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -140,73 +137,6 @@ func (w *heldWait) claim(ctx context.Context, n *owner.Node, cell string, force 
 	return l, err
 }
 
-// watchRecord polls the cell's ownership record every interval and ends l
-// as superseded as soon as the record no longer carries l's claim: another
-// node took the cell over (a forced claim, or a takeover after judging this
-// node dead) or an operator released it with --force. A lease does not
-// learn this by itself until its next data-path write; a holder that only
-// runs a command (exec, claim --hold) writes nothing, so it looks. Store
-// errors are ignored: if the store stays unreachable, the node lease fences
-// the node, which ends the lease too. It returns when l ends or ctx is done.
-func watchRecord(ctx context.Context, b bucket.Bucket, l *owner.Lease, interval time.Duration, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-l.Done():
-			return
-		case <-t.C:
-		}
-		rec, exists, err := owner.Inspect(ctx, b, l.Cell())
-		switch {
-		case err != nil && bucket.CodeOf(err) == bucket.CodeCorruptOwner:
-			l.Supersede(errors.New("own.json was overwritten with something that is not an ownership record"))
-		case err != nil:
-			if ctx.Err() == nil {
-				log.Warn("cannot read the ownership record; still holding", "cell", l.Cell(), "err", err)
-			}
-		case !exists:
-			l.Supersede(errors.New("own.json was deleted"))
-		case rec.Nonce != l.Token():
-			if rec.Released() && rec.Epoch > l.Epoch() {
-				// A one-shot claim: a fence, which leaves no holder.
-				l.Supersede(fmt.Errorf("fenced by a claim at epoch %d (no holder now)", rec.Epoch))
-			} else if rec.Released() {
-				l.Supersede(fmt.Errorf("released by someone else at epoch %d", rec.Epoch))
-			} else {
-				l.Supersede(fmt.Errorf("now held by node %s at epoch %d", rec.Node, rec.Epoch))
-			}
-		}
-	}
-}
-
-// holder runs watchRecord in the background until stop is called.
-type holder struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func startWatch(ctx context.Context, b bucket.Bucket, l *owner.Lease, ttl time.Duration, log *slog.Logger) *holder {
-	h := &holder{}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h.cancel = cancel
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		watchRecord(wctx, b, l, max(ttl/3, 50*time.Millisecond), log)
-	}()
-	return h
-}
-
-// stop ends the watch and waits for it, so that it cannot mistake this
-// process's own release for a takeover.
-func (h *holder) stop() {
-	h.cancel()
-	h.wg.Wait()
-}
-
 // closeNode releases every cell the node still holds and its node lease,
 // within releaseTimeout even when ctx was cancelled (an interrupt).
 func closeNode(ctx context.Context, n *owner.Node, log *slog.Logger) {
@@ -263,4 +193,16 @@ func validPrefix(p string) error {
 		return bucket.Wrap(err, "--prefix")
 	}
 	return nil
+}
+
+// sleepCtx sleeps for d, or until ctx is done (then it returns ctx.Err()).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

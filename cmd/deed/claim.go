@@ -151,7 +151,7 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 			if !hold {
 				return nil
 			}
-			return holdLease(ctx, b, n, l, lg, log)
+			return holdLease(ctx, n, l, lg, log)
 		},
 	}
 	f := cmd.Flags()
@@ -164,12 +164,11 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 
 // holdLease keeps l until ctx ends (SIGINT/SIGTERM), then seals its log,
 // releases it and closes the node; or until the lease is lost, which is
-// returned (exit 3).
-func holdLease(ctx context.Context, b bucket.Bucket, n *owner.Node, l *owner.Lease, lg *replication.Log, log *slog.Logger) error {
-	w := startWatch(ctx, b, l, n.Params().TTL, log)
+// returned (exit 3). The opened node re-reads the cell's record every
+// TTL/3, so a takeover ends l although this process writes nothing.
+func holdLease(ctx context.Context, n *owner.Node, l *owner.Lease, lg *replication.Log, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
-		w.stop()
 		if err := closeLog(ctx, lg); err != nil {
 			log.Warn("sealing the log failed; the next owner seals it", "cell", l.Cell(), "err", err)
 		}
@@ -182,7 +181,6 @@ func holdLease(ctx context.Context, b bucket.Bucket, n *owner.Node, l *owner.Lea
 		}
 		return nil
 	case <-l.Done():
-		w.stop()
 		_ = closeLog(ctx, lg)
 		closeNode(ctx, n, log)
 		return bucket.Wrap(l.Err(), "hold %s", l.Cell())

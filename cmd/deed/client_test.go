@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,10 +12,12 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon"
+	"github.com/deedkit/deed/daemon/client"
 )
 
-// cliDaemon serves a daemon made by openDaemon over e's store, behind
-// httptest, with a bearer token; it counts the requests it gets.
+// cliDaemon serves an in-process daemon (package daemon) over e's store,
+// behind httptest, with a bearer token; it counts the requests it gets.
 type cliDaemon struct {
 	url      string
 	requests atomic.Int64
@@ -27,24 +27,14 @@ const testToken = "s3cret"
 
 func (e *cellEnv) daemon(t *testing.T, node string) *cliDaemon {
 	t.Helper()
-	d, err := openDaemon(t.Context(), daemonConfig{Node: node, Advertise: "http://" + node, TTL: time.Second, SkipProbe: true},
-		e.b, slog.New(slog.DiscardHandler), newMetrics())
-	if err != nil {
-		t.Fatal(err)
-	}
 	cd := &cliDaemon{}
-	h := d.handler(apiConfig{Token: testToken, MaxBody: 64, MaxLimit: 1000})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cd.requests.Add(1)
-		h.ServeHTTP(w, r)
-	}))
-	cd.url = srv.URL
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
+	srv := serveDaemon(t, e.b, node, time.Second, daemon.APIConfig{Token: testToken, MaxBody: 64, MaxLimit: 1000}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cd.requests.Add(1)
+			h.ServeHTTP(w, r)
+		})
 	})
+	cd.url = srv.URL
 	return cd
 }
 
@@ -93,7 +83,7 @@ func TestAppendRead(t *testing.T) {
 
 	r := e.run(t, "append", "orders", "first", "--json")
 	wantExit(t, r, 0, "")
-	if v := decode[appendView](t, r.stdout); v != (appendView{Cell: "orders", Epoch: 1, TxID: 1, Pos: 1}) {
+	if v := decode[client.AppendResult](t, r.stdout); v != (client.AppendResult{Cell: "orders", Epoch: 1, TxID: 1, Pos: 1}) {
 		t.Fatalf("append = %+v", v)
 	}
 	// From standard input, with "-" or without DATA; bytes unchanged.
@@ -117,7 +107,7 @@ func TestAppendRead(t *testing.T) {
 	}
 	r = e.run(t, "read", "orders", "--after", "1", "--limit", "1", "--json", "--barrier")
 	wantExit(t, r, 0, "")
-	if v := decode[recordView](t, r.stdout); v.Pos != 2 || string(v.Data) != "two\nlines" || v.Epoch != 1 ||
+	if v := decode[client.Record](t, r.stdout); v.Pos != 2 || string(v.Data) != "two\nlines" || v.Epoch != 1 ||
 		!strings.Contains(r.stdout, `"data":"`+base64.StdEncoding.EncodeToString([]byte("two\nlines"))+`"`) {
 		t.Fatalf("read --json = %q", r.stdout)
 	}
@@ -237,7 +227,7 @@ func TestAPIErrorMapping(t *testing.T) {
 				t.Errorf("code repeated: %q", r.stderr)
 			}
 			if args[0] == "append" {
-				want := "(applied: " + string(appliedOf(bucket.Errorf(code, "x"))) + ")"
+				want := "(applied: " + string(client.AppliedOf(bucket.Errorf(code, "x"))) + ")"
 				if !strings.HasSuffix(strings.TrimSpace(r.stderr), want) {
 					t.Errorf("append answered %d %s: stderr %q does not end with %s", tc.status, tc.body, r.stderr, want)
 				}

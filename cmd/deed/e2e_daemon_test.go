@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -327,7 +328,7 @@ func TestE2EBadCellNameWritesNothing(t *testing.T) {
 }
 
 func b64(s string) string {
-	return base64Encode(s)
+	return base64.StdEncoding.EncodeToString([]byte(s))
 }
 
 // With --fence-exit, a daemon that cannot renew its node lease exits with

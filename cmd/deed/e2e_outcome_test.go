@@ -18,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/daemontest"
 )
 
 // holdingProxy stands between a daemon and its store. While armed, it
@@ -84,9 +85,9 @@ func deedAppend(t *testing.T, api, cell, data string) appendAnswer {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	_ = cmd.Run()
-	a := appendAnswer{data: data, status: cmd.ProcessState.ExitCode()}
-	if a.status == 0 {
-		a.status = http.StatusOK
+	a := appendAnswer{Data: data, Status: cmd.ProcessState.ExitCode()}
+	if a.Status == 0 {
+		a.Status = http.StatusOK
 		return a
 	}
 	var e struct {
@@ -94,9 +95,9 @@ func deedAppend(t *testing.T, api, cell, data string) appendAnswer {
 		Applied string      `json:"applied"`
 	}
 	if err := json.Unmarshal(stderr.Bytes(), &e); err != nil {
-		t.Errorf("deed append %s %s: exit %d, stderr %q", cell, data, a.status, stderr.String())
+		t.Errorf("deed append %s %s: exit %d, stderr %q", cell, data, a.Status, stderr.String())
 	}
-	a.code, a.applied = e.Code, e.Applied
+	a.Code, a.Applied = e.Code, e.Applied
 	return a
 }
 
@@ -132,7 +133,7 @@ func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 	var answers []appendAnswer
 	for _, cell := range cells {
 		a := deedAppend(t, api, cell, cell+"-before")
-		if a.status != http.StatusOK {
+		if a.Status != http.StatusOK {
 			t.Fatalf("warm-up append: %v", a)
 		}
 		answers = append(answers, a)
@@ -175,14 +176,14 @@ func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 	for _, cell := range cells {
 		var mine []appendAnswer
 		for _, a := range answers {
-			if strings.HasPrefix(a.data, cell+"-") {
+			if strings.HasPrefix(a.Data, cell+"-") {
 				mine = append(mine, a)
-				if a.code == bucket.CodeAmbiguous {
+				if a.Code == bucket.CodeAmbiguous {
 					unknown++
 				}
 			}
 		}
-		checkAnswers(t, b, cell, mine)
+		daemontest.CheckAnswers(t, b, cell, mine)
 	}
 	if unknown == 0 {
 		t.Errorf("no append was in flight at SIGTERM: %v", answers)

@@ -3,8 +3,10 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -13,9 +15,9 @@ import (
 // claimed" with exit 0 and release said DEED-E024. Now every command
 // fails with DEED-E040 naming what answered.
 func TestWrongEndpointIsNotS3(t *testing.T) {
-	td := startTestDaemon(t, fakes3.NewMem(), "node-a", apiConfig{})
-	if st, body := td.call(t, "POST", "/v1/cells/demo/append", "x"); st != 200 {
-		t.Fatalf("append: %d %v", st, body)
+	srv := serveDaemon(t, fakes3.NewMem(), "node-a", 2*time.Second, daemon.APIConfig{}, nil)
+	if _, err := apiClient(t, srv.URL, "").Append(t.Context(), "demo", []byte("x")); err != nil {
+		t.Fatalf("append: %v", err)
 	}
 	for _, args := range [][]string{
 		{"show", "demo"},
@@ -23,11 +25,11 @@ func TestWrongEndpointIsNotS3(t *testing.T) {
 		{"ls"},
 		{"probe"},
 	} {
-		args = append(args, "--bucket", "s3://deed", "--endpoint", td.srv.URL)
+		args = append(args, "--bucket", "s3://deed", "--endpoint", srv.URL)
 		r := deed(t, t.Context(), nil, args...)
 		if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") ||
-			!strings.Contains(r.stderr, td.srv.URL) || !strings.Contains(r.stderr, "deed daemon") {
-			t.Errorf("deed %q: exit %d\nstdout %q\nstderr %q\nwant exit 2, %s naming the daemon at %s", args, r.status, r.stdout, r.stderr, bucket.CodeBadRequest, td.srv.URL)
+			!strings.Contains(r.stderr, srv.URL) || !strings.Contains(r.stderr, "deed daemon") {
+			t.Errorf("deed %q: exit %d\nstdout %q\nstderr %q\nwant exit 2, %s naming the daemon at %s", args, r.status, r.stdout, r.stderr, bucket.CodeBadRequest, srv.URL)
 		}
 	}
 }
@@ -35,21 +37,22 @@ func TestWrongEndpointIsNotS3(t *testing.T) {
 // read of a cell that was never claimed says so and fails (DEED-E040, exit
 // 2); a claimed cell with no records reads as empty, exit 0.
 func TestReadNeverClaimed(t *testing.T) {
-	td := startTestDaemon(t, fakes3.NewMem(), "node-a", apiConfig{})
-	r := deed(t, t.Context(), nil, "read", "nope", "--addr", td.srv.URL)
+	srv := serveDaemon(t, fakes3.NewMem(), "node-a", 2*time.Second, daemon.APIConfig{}, nil)
+	c := apiClient(t, srv.URL, "")
+	r := deed(t, t.Context(), nil, "read", "nope", "--addr", srv.URL)
 	if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") || !strings.Contains(r.stderr, "never claimed") {
 		t.Errorf("read of a never-claimed cell: exit %d %q %q", r.status, r.stdout, r.stderr)
 	}
-	if st, body := td.call(t, "POST", "/v1/cells/empty/claim", ""); st != 200 {
-		t.Fatalf("claim: %d %v", st, body)
+	if _, err := c.Claim(t.Context(), "empty", false); err != nil {
+		t.Fatalf("claim: %v", err)
 	}
-	if r := deed(t, t.Context(), nil, "read", "empty", "--addr", td.srv.URL); r.status != 0 || r.stdout != "" {
+	if r := deed(t, t.Context(), nil, "read", "empty", "--addr", srv.URL); r.status != 0 || r.stdout != "" {
 		t.Errorf("read of a claimed, empty cell: exit %d %q %q", r.status, r.stdout, r.stderr)
 	}
-	if st, body := td.call(t, "POST", "/v1/cells/c/append", "hello"); st != 200 {
-		t.Fatalf("append: %d %v", st, body)
+	if _, err := c.Append(t.Context(), "c", []byte("hello")); err != nil {
+		t.Fatalf("append: %v", err)
 	}
-	if r := deed(t, t.Context(), nil, "read", "c", "--addr", td.srv.URL); r.status != 0 || r.stdout != "1\thello\n" {
+	if r := deed(t, t.Context(), nil, "read", "c", "--addr", srv.URL); r.status != 0 || r.stdout != "1\thello\n" {
 		t.Errorf("read c: exit %d %q %q", r.status, r.stdout, r.stderr)
 	}
 }

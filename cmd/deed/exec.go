@@ -175,9 +175,9 @@ is CMD's.`,
 			// exec waiting once CMD itself has exited.
 			c.WaitDelay = time.Second
 
-			w := startWatch(ctx, b, l, n.Params().TTL, log)
+			// The opened node re-reads the cell's record every TTL/3: a
+			// takeover ends l, and supervise stops CMD.
 			status, lost, err := supervise(ctx, c, l, g, grace, !foreground, log)
-			w.stop()
 			stopFeed()
 			g.finish()
 			if err != nil { // CMD did not start

@@ -3,25 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/client"
 )
 
 // readPage is how many records read asks the daemon for at a time: the
 // daemon's default page, which every --max-limit of 100 or more accepts.
 const readPage = 100
-
-// recordsAnswer is the daemon's answer to GET /v1/cells/{cell}/records.
-type recordsAnswer struct {
-	Cell      string       `json:"cell"`
-	Records   []recordView `json:"records"`
-	NextAfter uint64       `json:"next_after"`
-}
 
 func newReadCmd(cfg *config) *cobra.Command {
 	var (
@@ -73,12 +65,8 @@ waits for its first record instead.)`,
 				if limit > 0 {
 					n = min(n, limit-printed)
 				}
-				q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(n)}}
-				if barrier {
-					q.Set("barrier", "true")
-				}
-				var ans recordsAnswer
-				if err := c.do(ctx, "GET", cellPath(cell, "/records"), q, nil, &ans); err != nil {
+				ans, err := c.Read(ctx, cell, client.ReadOptions{After: after, Limit: n, Barrier: barrier})
+				if err != nil {
 					if follow && ctx.Err() != nil {
 						return nil // interrupted while following
 					}
@@ -125,11 +113,9 @@ waits for its first record instead.)`,
 // neverClaimed asks the daemon whether cell was ever claimed, and fails
 // with DEED-E040 if it was not: an empty read of a cell with no log at all
 // is far more often a mistyped name than a fact worth printing nothing for.
-func neverClaimed(ctx context.Context, c *apiClient, cell string) error {
-	var v struct {
-		Claimed bool `json:"claimed"`
-	}
-	if err := c.do(ctx, "GET", cellPath(cell, ""), nil, nil, &v); err != nil {
+func neverClaimed(ctx context.Context, c *client.Client, cell string) error {
+	v, err := c.Cell(ctx, cell)
+	if err != nil {
 		return bucket.Wrap(err, "read %s", cell)
 	}
 	if !v.Claimed {

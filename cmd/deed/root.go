@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/client"
 )
 
 // invocation is everything a run of the CLI depends on from outside, so that
@@ -241,15 +242,15 @@ func (cfg *config) fail(err error) int {
 	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), string(code)))
 	// A failed write says whether it may have taken effect.
 	var wf *writeFailure
-	var ap applied
+	var ap client.Applied
 	if errors.As(err, &wf) {
-		ap = appliedOf(err)
+		ap = client.AppliedOf(err)
 	}
 	if cfg.json {
 		writeJSON(cfg.inv.Stderr, struct {
-			Code    bucket.Code `json:"code"`
-			Error   string      `json:"error"`
-			Applied applied     `json:"applied,omitempty"`
+			Code    bucket.Code    `json:"code"`
+			Error   string         `json:"error"`
+			Applied client.Applied `json:"applied,omitempty"`
 		}{code, msg, ap})
 	} else if ap != "" {
 		fmt.Fprintf(cfg.inv.Stderr, "%s %s (applied: %s)\n", code, msg, ap)

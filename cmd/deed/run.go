@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -103,7 +105,7 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.IntVar(&rf.maxLimit, "max-limit", 1000, "largest ?limit of a read")
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
-	f.IntVar(&rf.maxConns, "max-conns", defaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
+	f.IntVar(&rf.maxConns, "max-conns", daemon.DefaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
 	f.BoolVar(&rf.embedded, "embedded-store", false, "use the embedded store even though --node, --advertise or a non-loopback --listen say this node may have peers (they would not share it)")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve the API over HTTPS with this PEM certificate (chain); reloaded when it changes and on SIGHUP")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -154,15 +156,15 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if err != nil {
 		return bucket.Errorf(bucket.CodeBadRequest, "listen %s: %w", rf.listen, err)
 	}
-	api := apiConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}
+	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}
 	// Requests get a context the drain cancels: http.Server.Shutdown waits
 	// for handlers but never cancels them, and an append retrying its slot
 	// through an outage would hold the whole drain budget.
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
-	h := &swapHandler{}
-	h.set(startingHandler(api))
-	srv, sln := newAPIServer(h, ln, rf.maxConns, reqCtx)
+	h := &daemon.SwapHandler{}
+	h.Set(daemon.StartingHandler(api))
+	srv, sln := daemon.NewServer(h, ln, rf.maxConns, reqCtx)
 	if certs != nil {
 		// TLS on top of the connection cap: the cap counts (and may
 		// replace) idle connections whatever they carry.
@@ -179,20 +181,20 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	}
 	defer closeStore()
 
-	m := newMetrics()
-	d, err := openDaemon(ctx, daemonConfig{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit}, b, cfg.log, m)
+	v, _ := buildVersion()
+	d, err := openDaemon(ctx, daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v}, b, cfg.log)
 	if err != nil {
 		stopEarly()
 		return err
 	}
-	h.set(d.handler(api))
+	h.Set(d.Handler())
 	printRunBanner(cfg, rf, scheme+ln.Addr().String(), where)
 
 	var runErr error
 	select {
 	case <-ctx.Done():
 		cfg.log.Info("shutting down: draining cells")
-	case err := <-d.fenced:
+	case err := <-d.Fenced():
 		runErr = err
 	case err := <-serveErr:
 		runErr = bucket.Errorf(bucket.CodeUnavailable, "serve %s: %w", rf.listen, err)
@@ -210,6 +212,21 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 		runErr = bucket.Wrap(err, "drain")
 	}
 	return runErr
+}
+
+// openDaemon probes the store, refusing one that fails the conditional-write
+// contract (DEED-E010) before anything is written, and opens the daemon on it.
+func openDaemon(ctx context.Context, cfg daemon.Config, b bucket.Bucket, log *slog.Logger) (*daemon.Daemon, error) {
+	rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{})
+	if err != nil {
+		return nil, bucket.Wrap(err, "probe store")
+	}
+	for _, c := range rep.Checks {
+		if c.Warning {
+			log.Warn("store probe warning", "check", c.Name, "detail", c.Detail)
+		}
+	}
+	return daemon.Open(ctx, cfg, b, log)
 }
 
 // checkStoreChoice refuses the embedded store where it would silently make

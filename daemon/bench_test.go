@@ -1,4 +1,4 @@
-package main
+package daemon
 
 // Benchmarks of the node daemon: what one held cell costs in memory and in
 // S3 requests, and what the daemon adds on top of the S3 calls it makes.
@@ -30,20 +30,20 @@ import (
 )
 
 // benchDaemon opens a daemon on b with the default TTL, without the probe.
-func benchDaemon(t testing.TB, b bucket.Bucket) *daemon { return benchNode(t, b, "bench") }
+func benchDaemon(t testing.TB, b bucket.Bucket) *Daemon { return benchNode(t, b, "bench") }
 
 // benchNode is benchDaemon with a node id.
-func benchNode(t testing.TB, b bucket.Bucket, node string) *daemon {
+func benchNode(t testing.TB, b bucket.Bucket, node string) *Daemon {
 	t.Helper()
-	d, err := openDaemon(context.Background(), daemonConfig{Node: node, Advertise: "http://" + node, TTL: owner.DefaultTTL, SkipProbe: true},
-		b, slog.New(slog.DiscardHandler), newMetrics())
+	d, err := Open(context.Background(), Config{Node: node, Advertise: "http://" + node, TTL: owner.DefaultTTL},
+		b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-func closeDaemon(t testing.TB, d *daemon) {
+func closeDaemon(t testing.TB, d *Daemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -162,7 +162,7 @@ func idleHour(t testing.TB, nodes, cells int, rtt time.Duration) fakes3.Counts {
 	ctx := context.Background()
 	m := fakes3.NewMem()
 	m.Inject(fakes3.Rule{Latency: rtt})
-	ds := make([]*daemon, nodes)
+	ds := make([]*Daemon, nodes)
 	for i := range ds {
 		ds[i] = benchNode(t, m, fmt.Sprintf("node-%d", i))
 		defer closeDaemon(t, ds[i])
@@ -287,7 +287,7 @@ func benchOverhead(b *testing.B, rtt time.Duration, rec, slotBody []byte) {
 
 	b.Run("api-append", func(b *testing.B) {
 		e := newOverheadEnv(b, rtt)
-		srv := httptest.NewServer(e.d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
+		srv := httptest.NewServer(e.d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
 		defer srv.Close()
 		url := srv.URL + "/v1/cells/overhead/append"
 		post := func() {
@@ -343,7 +343,7 @@ func reportOverhead(b *testing.B, deed, raw pairTimes, unit string) {
 // overheadEnv is a fresh in-process HTTP fake with a daemon on it and a raw
 // SDK client to it.
 type overheadEnv struct {
-	d   *daemon
+	d   *Daemon
 	raw *s3.Client
 	bkt string
 }

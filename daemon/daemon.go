@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -13,22 +13,31 @@ import (
 	"github.com/deedkit/deed/replication"
 )
 
-// daemonConfig is what `deed run` resolved from flags and environment.
-type daemonConfig struct {
-	Node      string
+// Config says which node a Daemon is and how it serves.
+type Config struct {
+	// Node is the node id (a valid name), unique among the nodes sharing
+	// the bucket.
+	Node string
+	// Advertise is the address peers and clients should use for this node,
+	// stored in its node lease.
 	Advertise string
-	TTL       time.Duration
-	// FenceExit makes a fenced node exit (status 3) instead of dropping its
-	// cells and trying to win its node lease back.
+	// TTL is the node lease's TTL (owner.ValidateTTL's range).
+	TTL time.Duration
+	// FenceExit makes a fenced node stop (Fenced delivers the fence error)
+	// instead of dropping its cells and trying to win its node lease back.
 	FenceExit bool
-	// SkipProbe is for tests that already probed the store.
-	SkipProbe bool
+	// API bounds and guards the HTTP API that Handler serves.
+	API APIConfig
+	// Version is the build's version, reported by the deed_build_info
+	// series.
+	Version string
 }
 
-// daemon is the long-running node: a node lease, the cells it holds with
-// their open logs, and the HTTP API in front of them.
-type daemon struct {
-	cfg daemonConfig
+// Daemon is the long-running node: a node lease, the cells it holds with
+// their open logs, and the HTTP API in front of them. Open makes one; its
+// Handler serves the API; Close drains it.
+type Daemon struct {
+	cfg Config
 	b   bucket.Bucket
 	log *slog.Logger
 	m   *metrics
@@ -36,7 +45,6 @@ type daemon struct {
 	mu     sync.Mutex
 	node   *owner.Node // nil while fenced and not yet re-opened
 	cells  map[string]*cell
-	probed bool
 	closed bool
 
 	fenced chan error // receives the fence error when FenceExit is set
@@ -70,26 +78,24 @@ type holding struct {
 // holding copies c's lease and log; c.mu must be held.
 func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease, log: c.log} }
 
-// openDaemon probes the store, opens the node lease and starts watching for
-// a fence. The caller serves the API and calls Close on shutdown.
-func openDaemon(ctx context.Context, cfg daemonConfig, b bucket.Bucket, log *slog.Logger, m *metrics) (*daemon, error) {
+// Open opens the node lease on b and starts watching for a fence; zero
+// API limits take their defaults (DefaultMaxBody, DefaultMaxLimit). It
+// does not probe the store: a caller that has not checked b against the
+// conditional-write contract runs bucket.Probe first, as `deed run` does.
+// The caller serves Handler and calls Close on shutdown.
+func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*Daemon, error) {
+	if cfg.API.MaxBody == 0 {
+		cfg.API.MaxBody = DefaultMaxBody
+	}
+	if cfg.API.MaxLimit == 0 {
+		cfg.API.MaxLimit = DefaultMaxLimit
+	}
+	m := newMetrics(cfg.Version)
 	// One log line per store outage, not one per failed request.
 	health := &storeHealth{log: log}
 	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
-	d := &daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
+	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
 	d.b = instrumented{b: b, m: m, h: health}
-	if !cfg.SkipProbe {
-		rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{})
-		if err != nil {
-			return nil, bucket.Wrap(err, "probe store")
-		}
-		for _, c := range rep.Checks {
-			if c.Warning {
-				log.Warn("store probe warning", "check", c.Name, "detail", c.Detail)
-			}
-		}
-	}
-	d.probed = true
 	n, err := d.newNode()
 	if err != nil {
 		return nil, err
@@ -106,9 +112,13 @@ func openDaemon(ctx context.Context, cfg daemonConfig, b bucket.Bucket, log *slo
 	return d, nil
 }
 
-func (d *daemon) newNode() (*owner.Node, error) {
+func (d *Daemon) newNode() (*owner.Node, error) {
 	return owner.NewNode(d.b, owner.Config{
 		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log,
+		// No record watch: it would cost one GET per held cell every
+		// TTL/3; the daemon's cells learn of a takeover on their next
+		// write, where the epoch fence refuses it (DEED-E021).
+		WatchInterval: -1,
 		Hooks: owner.Hooks{
 			Claim: func(_, result, reason string) { d.m.observeClaim(result, reason) },
 			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
@@ -123,7 +133,7 @@ func (d *daemon) newNode() (*owner.Node, error) {
 // watchNode waits for the node to fence. Its leases have ended by then;
 // the daemon drops its cells and, unless FenceExit, opens a new
 // incarnation, which waits out the old one's TTL before it may act.
-func (d *daemon) watchNode(ctx context.Context, n *owner.Node) {
+func (d *Daemon) watchNode(ctx context.Context, n *owner.Node) {
 	defer d.wg.Done()
 	for {
 		select {
@@ -179,8 +189,12 @@ func (d *daemon) watchNode(ctx context.Context, n *owner.Node) {
 	}
 }
 
+// Fenced delivers the fence error when the node fenced and
+// Config.FenceExit is set; the caller then closes the daemon and exits.
+func (d *Daemon) Fenced() <-chan error { return d.fenced }
+
 // currentNode is the node to act as, or DEED-E025 while fenced.
-func (d *daemon) currentNode() (*owner.Node, error) {
+func (d *Daemon) currentNode() (*owner.Node, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -192,15 +206,15 @@ func (d *daemon) currentNode() (*owner.Node, error) {
 	return d.node, nil
 }
 
-// ready reports whether the node lease is held and the probe passed.
-func (d *daemon) ready() bool {
+// ready reports whether the node lease is held.
+func (d *Daemon) ready() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.probed && d.node != nil && !d.closed && d.node.Err() == nil
+	return d.node != nil && !d.closed && d.node.Err() == nil
 }
 
 // held returns the lease and log of name if this node holds it, or nil.
-func (d *daemon) held(name string) *holding {
+func (d *Daemon) held(name string) *holding {
 	d.mu.Lock()
 	c := d.cells[name]
 	d.mu.Unlock()
@@ -218,7 +232,7 @@ func (d *daemon) held(name string) *holding {
 // acquire returns the cell with a live lease and an open log, claiming it
 // first when this node does not hold it (force: even from a live owner, and
 // even when held here — a forced re-claim bumps the epoch).
-func (d *daemon) acquire(ctx context.Context, name string, force bool) (*holding, error) {
+func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding, error) {
 	if err := owner.ValidateName("cell", name); err != nil {
 		return nil, err
 	}
@@ -296,7 +310,7 @@ func closedUnder(h *holding, err error) error {
 }
 
 // dropIfEmpty removes a cell entry that never got a lease; c.mu is held.
-func (d *daemon) dropIfEmpty(c *cell) {
+func (d *Daemon) dropIfEmpty(c *cell) {
 	if c.lease != nil && c.lease.Err() == nil {
 		return
 	}
@@ -309,7 +323,7 @@ func (d *daemon) dropIfEmpty(c *cell) {
 
 // leaseEnded forgets the cell when its lease has ended (superseded,
 // released, node fenced) so the next request claims afresh.
-func (d *daemon) leaseEnded(c *cell, l *owner.Lease) {
+func (d *Daemon) leaseEnded(c *cell, l *owner.Lease) {
 	defer d.wg.Done()
 	c.mu.Lock()
 	if c.lease == l {
@@ -326,7 +340,7 @@ func (d *daemon) leaseEnded(c *cell, l *owner.Lease) {
 	}
 }
 
-func (d *daemon) countHeld() int {
+func (d *Daemon) countHeld() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.cells)
@@ -337,7 +351,7 @@ func (d *daemon) countHeld() int {
 // cannot reach the store, sealing would cost up to a TTL per log, and the
 // seal is only a courtesy, as the next owner seals the chain itself.
 // Otherwise the log is sealed in the background.
-func (d *daemon) dropLog(lg *replication.Log, why error) {
+func (d *Daemon) dropLog(lg *replication.Log, why error) {
 	if d.cfg.FenceExit && bucket.CodeOf(why) == bucket.CodeNodeFenced {
 		lg.Abandon()
 		return
@@ -350,7 +364,7 @@ func (d *daemon) dropLog(lg *replication.Log, why error) {
 // which is safe whatever ended the lease: the seal is a create-only write in
 // our own epoch, and if a successor sealed that slot first, ours is refused.
 // It spares the next owner the walk to the chain's end.
-func (d *daemon) sealDropped(lg *replication.Log) {
+func (d *Daemon) sealDropped(lg *replication.Log) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -362,7 +376,7 @@ func (d *daemon) sealDropped(lg *replication.Log) {
 
 // release seals the cell's log and releases its record, so a peer can
 // claim it at once and start without walking the chain.
-func (d *daemon) release(ctx context.Context, name string) (owner.Record, error) {
+func (d *Daemon) release(ctx context.Context, name string) (owner.Record, error) {
 	if err := owner.ValidateName("cell", name); err != nil {
 		return owner.Record{}, err
 	}
@@ -396,7 +410,7 @@ func (d *daemon) release(ctx context.Context, name string) (owner.Record, error)
 
 // Close drains: every log is sealed and every cell released, then the node
 // lease is marked released, so peers can claim everything at once.
-func (d *daemon) Close(ctx context.Context) error {
+func (d *Daemon) Close(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestDaemonCloseAfterAClaimRacedAFence(t *testing.T) {
 	func() {
 		m := fakes3.NewMem()
 		const ttl = owner.MinTTL
-		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, m.Client("a"), slog.New(slog.DiscardHandler), newMetrics())
+		d, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, m.Client("a"), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +60,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 	func() {
 		m := fakes3.NewMem()
 		const ttl = 2 * time.Second
-		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, m.Client("a"), slog.New(slog.DiscardHandler), newMetrics())
+		d, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, m.Client("a"), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}

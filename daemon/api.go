@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -16,12 +16,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
 
-// apiConfig bounds and guards the HTTP API.
-type apiConfig struct {
+// The API's limits when APIConfig leaves them zero: `deed run`'s defaults.
+const (
+	DefaultMaxBody  = 1 << 20
+	DefaultMaxLimit = 1000
+)
+
+// APIConfig bounds and guards the HTTP API.
+type APIConfig struct {
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// every endpoint but /healthz and /readyz.
 	Token string
@@ -31,15 +38,19 @@ type apiConfig struct {
 	MaxLimit int
 }
 
-// handler builds the daemon's HTTP API.
-func (d *daemon) handler(cfg apiConfig) http.Handler {
+// Handler is the daemon's HTTP API, bounded and guarded by Config.API:
+// /healthz, /readyz, /metrics and /v1/cells/....
+func (d *Daemon) Handler() http.Handler { return d.handler(d.cfg.API) }
+
+// handler builds the daemon's HTTP API with cfg.
+func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.ready() {
-			writeError(w, bucket.Errorf(bucket.CodeNodeFenced, "not ready: node lease not held or probe not passed"))
+			writeError(w, bucket.Errorf(bucket.CodeNodeFenced, "not ready: node lease not held"))
 			return
 		}
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ready": true, "node": d.cfg.Node})
@@ -93,7 +104,7 @@ func bearerToken(h string) (string, bool) {
 // guard enforces the bearer token and the body limit before any handler,
 // and reads the body whole, within apiBodyTimeout, so that a slow body is
 // cut off before any handler runs and nothing is written for it.
-func guard(cfg apiConfig, next http.Handler) http.Handler {
+func guard(cfg APIConfig, next http.Handler) http.Handler {
 	want := []byte(strings.TrimSpace(cfg.Token)) // a token file's trailing newline is not part of it
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w = &deadlineWriter{ResponseWriter: w}
@@ -133,26 +144,14 @@ func guard(cfg apiConfig, next http.Handler) http.Handler {
 	})
 }
 
-// cellView is the answer of GET /v1/cells/{cell}.
-type cellView struct {
-	Cell       string `json:"cell"`
-	Node       string `json:"node"`
-	Epoch      uint64 `json:"epoch"`
-	Released   bool   `json:"released"`
-	Claimed    bool   `json:"claimed"`
-	HeldHere   bool   `json:"held_here"`
-	OwnerAlive bool   `json:"owner_alive"`
-	OwnerAddr  string `json:"owner_addr,omitempty"`
-}
-
-func (d *daemon) showCell(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) showCell(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("cell")
 	rec, exists, err := owner.Inspect(r.Context(), d.b, name)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	v := cellView{Cell: name, Node: rec.Node, Epoch: rec.Epoch, Released: exists && rec.Released(), Claimed: exists}
+	v := client.CellInfo{Cell: name, Node: rec.Node, Epoch: rec.Epoch, Released: exists && rec.Released(), Claimed: exists}
 	if c := d.held(name); c != nil && c.lease.Epoch() == rec.Epoch {
 		v.HeldHere, v.OwnerAlive, v.OwnerAddr = true, true, d.cfg.Advertise
 	} else if exists && !rec.Released() {
@@ -166,35 +165,24 @@ func (d *daemon) showCell(w http.ResponseWriter, r *http.Request) {
 	writeJSONStatus(w, http.StatusOK, v)
 }
 
-type heldView struct {
-	Cell  string `json:"cell"`
-	Epoch uint64 `json:"epoch"`
-}
-
-func (d *daemon) listHeld(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) listHeld(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	names := make([]string, 0, len(d.cells))
 	for n := range d.cells {
 		names = append(names, n)
 	}
 	d.mu.Unlock()
-	out := []heldView{}
+	out := []client.HeldCell{}
 	for _, n := range names {
 		if c := d.held(n); c != nil {
-			out = append(out, heldView{Cell: n, Epoch: c.lease.Epoch()})
+			out = append(out, client.HeldCell{Cell: n, Epoch: c.lease.Epoch()})
 		}
 	}
-	slices.SortFunc(out, func(a, b heldView) int { return strings.Compare(a.Cell, b.Cell) })
-	writeJSONStatus(w, http.StatusOK, map[string]any{"node": d.cfg.Node, "cells": out})
+	slices.SortFunc(out, func(a, b client.HeldCell) int { return strings.Compare(a.Cell, b.Cell) })
+	writeJSONStatus(w, http.StatusOK, client.HeldCells{Node: d.cfg.Node, Cells: out})
 }
 
-type claimView struct {
-	Cell  string `json:"cell"`
-	Node  string `json:"node"`
-	Epoch uint64 `json:"epoch"`
-}
-
-func (d *daemon) claimCell(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) claimCell(w http.ResponseWriter, r *http.Request) {
 	force, err := boolParam(r, "force")
 	if err != nil {
 		writeError(w, err)
@@ -205,27 +193,19 @@ func (d *daemon) claimCell(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSONStatus(w, http.StatusOK, claimView{Cell: c.name, Node: d.cfg.Node, Epoch: c.lease.Epoch()})
+	writeJSONStatus(w, http.StatusOK, client.Claim{Cell: c.name, Node: d.cfg.Node, Epoch: c.lease.Epoch()})
 }
 
-func (d *daemon) releaseCell(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) releaseCell(w http.ResponseWriter, r *http.Request) {
 	rec, err := d.release(r.Context(), r.PathValue("cell"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSONStatus(w, http.StatusOK, map[string]any{"cell": r.PathValue("cell"), "node": "", "epoch": rec.Epoch, "released": true})
+	writeJSONStatus(w, http.StatusOK, client.Released{Cell: r.PathValue("cell"), Node: "", Epoch: rec.Epoch, Released: true})
 }
 
-// appendView is the answer of a durable append.
-type appendView struct {
-	Cell  string `json:"cell"`
-	Epoch uint64 `json:"epoch"`
-	TxID  uint64 `json:"txid"`
-	Pos   uint64 `json:"pos"`
-}
-
-func (d *daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int64) {
+func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int64) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -256,18 +236,10 @@ func (d *daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 		writeError(w, err)
 		return
 	}
-	writeJSONStatus(w, http.StatusOK, appendView{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), Pos: uint64(res.Pos)})
+	writeJSONStatus(w, http.StatusOK, client.AppendResult{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), Pos: uint64(res.Pos)})
 }
 
-// recordView is one record in a read.
-type recordView struct {
-	Pos   uint64 `json:"pos"`
-	Epoch uint64 `json:"epoch"`
-	TxID  uint64 `json:"txid"`
-	Data  []byte `json:"data"` // base64 in JSON
-}
-
-func (d *daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) {
+func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) {
 	name := r.PathValue("cell")
 	if err := owner.ValidateName("cell", name); err != nil {
 		writeError(w, err)
@@ -302,13 +274,13 @@ func (d *daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 		writeError(w, err)
 		return
 	}
-	out := make([]recordView, len(recs))
+	out := make([]client.Record, len(recs))
 	next := after
 	for i, rec := range recs {
-		out[i] = recordView{Pos: uint64(rec.Pos), Epoch: rec.Epoch, TxID: uint64(rec.TxID), Data: rec.Data}
+		out[i] = client.Record{Pos: uint64(rec.Pos), Epoch: rec.Epoch, TxID: uint64(rec.TxID), Data: rec.Data}
 		next = uint64(rec.Pos)
 	}
-	writeJSONStatus(w, http.StatusOK, map[string]any{"cell": name, "records": out, "next_after": next})
+	writeJSONStatus(w, http.StatusOK, client.ReadResult{Cell: name, Records: out, NextAfter: next})
 }
 
 // appendNotSent is the answer of an append that failed before its record
@@ -379,40 +351,6 @@ func httpStatus(code bucket.Code) int {
 	}
 }
 
-// errorBody is every error the API returns.
-type errorBody struct {
-	Code  bucket.Code `json:"code"`
-	Error string      `json:"error"`
-	// Applied says whether the request may have taken effect: "no" (it
-	// was refused or failed before anything was written: a retry cannot
-	// duplicate it) or "unknown" (DEED-E012: it may have taken effect; read
-	// before retrying). Every error body carries it; on a read it is "no".
-	Applied   applied `json:"applied"`
-	Owner     string  `json:"owner,omitempty"`
-	OwnerAddr string  `json:"owner_addr,omitempty"`
-}
-
-// applied is the "applied" field of an error body: whether a request that
-// failed may still have taken effect.
-type applied string
-
-const (
-	appliedNo      applied = "no"
-	appliedUnknown applied = "unknown"
-)
-
-// appliedOf is the one place that says whether a failed request may have
-// taken effect. It follows from the code alone: DEED-E012 is the only code
-// of an outcome that may have landed, and every layer (the log, the API,
-// the client) keeps it for exactly those, so every other code is a refusal
-// or a failure before anything was written.
-func appliedOf(err error) applied {
-	if bucket.CodeOf(err) == bucket.CodeAmbiguous {
-		return appliedUnknown
-	}
-	return appliedNo
-}
-
 func writeError(w http.ResponseWriter, err error) {
 	writeErrorStatus(w, 0, err)
 }
@@ -422,7 +360,7 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 	// a cancelled context while its PUT was in flight is DEED-E012 and must
 	// not read as a retryable DEED-E011.
 	code := bucket.CodeOf(err)
-	body := errorBody{Code: code, Error: err.Error(), Applied: appliedOf(err)}
+	body := client.ErrorBody{Code: code, Error: err.Error(), Applied: client.AppliedOf(err)}
 	var held *owner.HeldError
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr

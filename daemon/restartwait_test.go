@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestDaemonRestartCountsDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := fakes3.NewMem()
 		const ttl = 5 * time.Second
-		old, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, m.Client("old"), slog.New(slog.DiscardHandler), newMetrics())
+		old, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, m.Client("old"), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,7 +27,7 @@ func TestDaemonRestartCountsDown(t *testing.T) {
 		var buf syncBuffer
 		log := slog.New(slog.NewTextHandler(&buf, nil))
 		start := time.Now()
-		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, m.Client("new"), log, newMetrics())
+		d, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, m.Client("new"), log)
 		if err != nil {
 			t.Fatal(err)
 		}

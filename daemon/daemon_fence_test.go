@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -17,7 +17,7 @@ func TestDaemonFenceDropsCellsAndRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := fakes3.NewMem()
 		const ttl = 2 * time.Second
-		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl}, m.Client("a"), slog.New(slog.DiscardHandler), newMetrics())
+		d, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, m.Client("a"), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,9 @@
-package main
+package daemon
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,9 +15,10 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
-	"github.com/deedkit/deed/replication"
 )
 
 // The tests here check every answer an append gets against what the
@@ -69,9 +71,9 @@ func (l *lostAnswers) Put(ctx context.Context, key string, body []byte, c bucket
 
 // openTestDaemon opens an in-process daemon on b (no probe) and closes it
 // when the test ends.
-func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *daemon {
+func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *Daemon {
 	t.Helper()
-	d, err := openDaemon(t.Context(), daemonConfig{Node: "a", Advertise: "http://a", TTL: ttl, SkipProbe: true}, b, slog.New(slog.DiscardHandler), newMetrics())
+	d, err := Open(t.Context(), Config{Node: "a", Advertise: "http://a", TTL: ttl}, b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,61 +86,15 @@ func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *daemon {
 }
 
 // appendAnswer is what one append was told.
-type appendAnswer struct {
-	data    string
-	status  int
-	code    bucket.Code
-	applied string
-}
-
-func (a appendAnswer) String() string {
-	return fmt.Sprintf("%q: %d %s applied=%q", a.data, a.status, a.code, a.applied)
-}
-
-// checkAnswers holds every answer against the records of cell as the
-// bucket holds them now. An error answer must carry "applied", "unknown"
-// exactly for DEED-E012.
-func checkAnswers(t *testing.T, b bucket.Bucket, cell string, answers []appendAnswer) {
-	t.Helper()
-	recs, err := replication.Read(context.WithoutCancel(t.Context()), b, cell, 0, 0)
-	if err != nil {
-		t.Fatalf("read %s: %v", cell, err)
-	}
-	in := map[string]int{}
-	for _, r := range recs {
-		in[string(r.Data)]++
-	}
-	for _, a := range answers {
-		switch {
-		case a.status == http.StatusOK:
-			if in[a.data] != 1 {
-				t.Errorf("acknowledged %s: in the log %d times", a, in[a.data])
-			}
-		case a.code == bucket.CodeAmbiguous:
-			if a.applied != string(appliedUnknown) {
-				t.Errorf("%s: DEED-E012 must say applied unknown", a)
-			}
-			if in[a.data] > 1 {
-				t.Errorf("unknown %s: in the log %d times", a, in[a.data])
-			}
-		default:
-			if a.applied != string(appliedNo) {
-				t.Errorf("%s: a refusal must say applied no", a)
-			}
-			if in[a.data] != 0 {
-				t.Errorf("refused %s, but the record is in the log", a)
-			}
-		}
-	}
-}
+type appendAnswer = daemontest.Answer
 
 // serveAppend runs one append through the handler and returns its answer.
 func serveAppend(h http.Handler, cell, data string) appendAnswer {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
-	var body errorBody
+	var body client.ErrorBody
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
-	return appendAnswer{data: data, status: rec.Code, code: body.Code, applied: string(body.Applied)}
+	return appendAnswer{Data: data, Status: rec.Code, Code: body.Code, Applied: string(body.Applied)}
 }
 
 // A node fences while appends are in flight and the store hangs on the
@@ -153,9 +109,9 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		const ttl = 2 * time.Second
 		la := newLostAnswers(m.Client("a"), "cells/c/ltx/")
 		d := openTestDaemon(t, la, ttl)
-		h := d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000})
+		h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
 		answers := []appendAnswer{serveAppend(h, "c", "before")}
-		if answers[0].status != 200 {
+		if answers[0].Status != 200 {
 			t.Fatalf("first append: %v", answers[0])
 		}
 		// The node lease can no longer be renewed, and record PUTs land
@@ -178,7 +134,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		wg.Wait()
 		var unknown, refused int
 		for _, a := range answers[1:] {
-			switch a.code {
+			switch a.Code {
 			case bucket.CodeAmbiguous:
 				unknown++
 			case "":
@@ -191,7 +147,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 			t.Errorf("want 1 unknown (the record in flight) and 5 refused (queued), got %v", answers[1:])
 		}
 		m.ClearFaults()
-		checkAnswers(t, m.Client("reader"), "c", answers)
+		daemontest.CheckAnswers(t, m.Client("reader"), "c", answers)
 		if got := metricValue(t, d, `deed_appends_total{result="unknown"}`); got != "1" {
 			t.Errorf("deed_appends_total{result=\"unknown\"} = %q, want 1", got)
 		}
@@ -206,16 +162,23 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	m := fakes3.NewMem()
 	la := newLostAnswers(m.Client("a"), "cells/c/ltx/")
 	d := openTestDaemon(t, la, 2*time.Second)
-	srv := httptest.NewServer(d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
+	srv := httptest.NewServer(d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
 	defer srv.Close()
-	c := &apiClient{base: srv.URL, hc: &http.Client{}}
+	c, err := client.New(srv.URL, client.Options{HTTPClient: &http.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	send := func(ctx context.Context, data string) appendAnswer {
-		var v appendView
-		err := c.do(ctx, "POST", cellPath("c", "/append"), nil, strings.NewReader(data), &v)
+		_, err := c.Append(ctx, "c", []byte(data))
 		if err == nil {
-			return appendAnswer{data: data, status: 200}
+			return appendAnswer{Data: data, Status: 200}
 		}
-		return appendAnswer{data: data, status: 503, code: bucket.CodeOf(err), applied: string(appliedOf(err))}
+		var ce *client.Error
+		if !errors.As(err, &ce) {
+			t.Errorf("append %q: %T %v, want a *client.Error", data, err, err)
+			return appendAnswer{Data: data, Status: 503, Code: bucket.CodeOf(err), Applied: string(client.AppliedOf(err))}
+		}
+		return appendAnswer{Data: data, Status: 503, Code: ce.Code, Applied: string(ce.Applied)}
 	}
 	answers := []appendAnswer{send(t.Context(), "before")}
 	la.arm(true)
@@ -225,7 +188,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	<-la.landed
 	cancel()
 	a := <-got
-	if a.code != bucket.CodeAmbiguous {
+	if a.Code != bucket.CodeAmbiguous {
 		t.Errorf("cancelled append with its record in the bucket: %v, want DEED-E012", a)
 	}
 	answers = append(answers, a)
@@ -243,15 +206,15 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	la.arm(false)
 	close(la.release)
 	answers = append(answers, send(t.Context(), "after"))
-	checkAnswers(t, m.Client("reader"), "c", answers)
+	daemontest.CheckAnswers(t, m.Client("reader"), "c", answers)
 }
 
 // metricValue is the value of one series on the daemon's /metrics, or ""
 // when it has none.
-func metricValue(t *testing.T, d *daemon, series string) string {
+func metricValue(t *testing.T, d *Daemon, series string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	d.handler(apiConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
@@ -292,16 +255,16 @@ func (g *headGate) Head(ctx context.Context, key string) (bucket.Info, error) {
 func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		end    func(t *testing.T, d *daemon, m *fakes3.Mem)
+		end    func(t *testing.T, d *Daemon, m *fakes3.Mem)
 		status int
 		code   bucket.Code
 	}{
-		{"released", func(t *testing.T, d *daemon, _ *fakes3.Mem) {
+		{"released", func(t *testing.T, d *Daemon, _ *fakes3.Mem) {
 			if _, err := d.release(t.Context(), "c"); err != nil {
 				t.Fatal(err)
 			}
 		}, http.StatusServiceUnavailable, bucket.CodeUnavailable},
-		{"node fenced", func(t *testing.T, d *daemon, m *fakes3.Mem) {
+		{"node fenced", func(t *testing.T, d *Daemon, m *fakes3.Mem) {
 			m.Inject(fakes3.Rule{Client: "a", Key: owner.NodeKey("a"), Fault: fakes3.ErrBefore})
 			time.Sleep(2 * 2 * time.Second) // fenced, and the dropped log sealed
 			synctest.Wait()
@@ -312,8 +275,8 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				m := fakes3.NewMem()
 				g := &headGate{Bucket: m.Client("a"), prefix: "cells/c/ltx/", entered: make(chan struct{}), open: make(chan struct{})}
 				d := openTestDaemon(t, g, 2*time.Second)
-				h := d.handler(apiConfig{MaxBody: 1 << 20, MaxLimit: 1000})
-				if a := serveAppend(h, "c", "x"); a.status != 200 {
+				h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
+				if a := serveAppend(h, "c", "x"); a.Status != 200 {
 					t.Fatal(a)
 				}
 				g.mu.Lock()
@@ -329,7 +292,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				tc.end(t, d, m)
 				close(g.open)
 				<-done
-				var body errorBody
+				var body client.ErrorBody
 				_ = json.Unmarshal(rec.Body.Bytes(), &body)
 				if rec.Code != tc.status || body.Code != tc.code {
 					t.Fatalf("barrier read racing the lease's end: %d %s, want %d %s", rec.Code, rec.Body.String(), tc.status, tc.code)

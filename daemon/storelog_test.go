@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func TestDaemonLogsStoreOutageConcisely(t *testing.T) {
 		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		store := &sdkOutage{Bucket: fakes3.NewMem().Client("a")}
 		const ttl = 2 * time.Second
-		d, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: ttl, SkipProbe: true}, store, log, newMetrics())
+		d, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, store, log)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -49,7 +49,8 @@ var (
 	fenceReasons    = []string{"unreachable", "expired", "replaced", "deleted"}
 )
 
-func newMetrics() *metrics {
+// newMetrics makes the series; version is deed_build_info's label.
+func newMetrics(version string) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.cellsHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_cells_held", Help: "Cells this node holds a live lease on."})
 	m.claims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_claims_total", Help: "Claim attempts by result (ok, held, corrupt, error) and reason (absent, released, re-entry, owner-dead, forced, owner-alive, corrupt; none when the claim failed before deciding)."}, []string{"result", "reason"})
@@ -63,9 +64,8 @@ func newMetrics() *metrics {
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_renewals_total", Help: "Node-lease renewal attempts by result (ok, error, replaced, deleted)."}, []string{"result"})
 	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (unreachable, expired, replaced, deleted)."}, []string{"reason"})
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
-	v, _ := buildVersion()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
-		ConstLabels: prometheus.Labels{"version": v, "goversion": runtime.Version()}})
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
 		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, buildInfo,

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"encoding/json"
@@ -48,7 +48,7 @@ func TestDeployQueriesExportedSeries(t *testing.T) {
 		}
 	}
 
-	raw, err := os.ReadFile("../../deploy/prometheus-alerts.yaml")
+	raw, err := os.ReadFile("../deploy/prometheus-alerts.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestDeployQueriesExportedSeries(t *testing.T) {
 		}
 	}
 
-	raw, err = os.ReadFile("../../deploy/grafana-dashboard.json")
+	raw, err = os.ReadFile("../deploy/grafana-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -29,15 +29,15 @@ const (
 	// apiIdleTimeout is how long a keep-alive connection may wait between
 	// requests.
 	apiIdleTimeout = 60 * time.Second
-	// defaultMaxConns is --max-conns: far below the file descriptors a Go
+	// DefaultMaxConns is --max-conns' default: far below the file descriptors a Go
 	// process has, so that connections alone cannot exhaust them.
-	defaultMaxConns = 1024
+	DefaultMaxConns = 1024
 )
 
-// newAPIServer is the HTTP server of `deed run` on ln: the timeouts above,
+// NewServer is the HTTP server of `deed run` on ln: the timeouts above,
 // and at most maxConns connections (0: no cap). base is the context of
-// every request.
-func newAPIServer(h http.Handler, ln net.Listener, maxConns int, base context.Context) (*http.Server, net.Listener) {
+// every request. Serve the returned listener, which enforces the cap.
+func NewServer(h http.Handler, ln net.Listener, maxConns int, base context.Context) (*http.Server, net.Listener) {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: apiHeaderTimeout,
@@ -181,21 +181,23 @@ func (w *deadlineWriter) Write(p []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// swapHandler serves with whatever handler was set last: the starting one
-// while the store is probed, the daemon's once it is open.
-type swapHandler struct{ h atomic.Pointer[http.Handler] }
+// SwapHandler serves with whatever handler was Set last: the starting one
+// while the store is probed, the daemon's once it is open. Set one before
+// serving.
+type SwapHandler struct{ h atomic.Pointer[http.Handler] }
 
-func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+// Set makes h the handler of every request from now on.
+func (s *SwapHandler) Set(h http.Handler) { s.h.Store(&h) }
 
-func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *SwapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*s.h.Load()).ServeHTTP(w, r)
 }
 
-// startingHandler answers while `deed run` starts (the store probe, the
+// StartingHandler answers while `deed run` starts (the store probe, the
 // node lease): /healthz says the process is up, /readyz that it is not
 // ready, and every other request is refused with DEED-E011 (retry),
 // applied "no".
-func startingHandler(cfg apiConfig) http.Handler {
+func StartingHandler(cfg APIConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true, "starting": true})

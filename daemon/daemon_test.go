@@ -1,6 +1,7 @@
-package main
+package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -18,13 +19,16 @@ import (
 	"github.com/deedkit/deed/fakes3"
 )
 
+// testVersion is the version the test daemons report in deed_build_info.
+const testVersion = "v0.0.0-test"
+
 // testDaemon is an in-process daemon over a shared store, behind httptest.
 type testDaemon struct {
-	d   *daemon
+	d   *Daemon
 	srv *httptest.Server
 }
 
-func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api apiConfig) *testDaemon {
+func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api APIConfig) *testDaemon {
 	t.Helper()
 	if api.MaxBody == 0 {
 		api.MaxBody = 1 << 20
@@ -32,7 +36,7 @@ func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api apiConfig) 
 	if api.MaxLimit == 0 {
 		api.MaxLimit = 1000
 	}
-	d, err := openDaemon(t.Context(), daemonConfig{Node: node, Advertise: "http://" + node, TTL: 2 * time.Second}, b, slog.New(slog.DiscardHandler), newMetrics())
+	d, err := Open(t.Context(), Config{Node: node, Advertise: "http://" + node, TTL: 2 * time.Second, Version: testVersion}, b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +87,8 @@ func wantErr(t *testing.T, status int, body map[string]any, wantStatus int, code
 
 func TestDaemonAppendReadRelease(t *testing.T) {
 	m := fakes3.NewMem()
-	a := startTestDaemon(t, m.Client("a"), "a", apiConfig{})
-	b := startTestDaemon(t, m.Client("b"), "b", apiConfig{})
+	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
+	b := startTestDaemon(t, m.Client("b"), "b", APIConfig{})
 
 	var pos []float64
 	for i := range 5 {
@@ -139,8 +143,8 @@ func TestDaemonAppendReadRelease(t *testing.T) {
 // fail with DEED-E021, and everything it acknowledged is still read.
 func TestDaemonForcedTakeover(t *testing.T) {
 	m := fakes3.NewMem()
-	a := startTestDaemon(t, m.Client("a"), "a", apiConfig{})
-	b := startTestDaemon(t, m.Client("b"), "b", apiConfig{})
+	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
+	b := startTestDaemon(t, m.Client("b"), "b", APIConfig{})
 	var acked []string
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -188,7 +192,7 @@ func TestDaemonForcedTakeover(t *testing.T) {
 
 func TestDaemonBadInput(t *testing.T) {
 	m := fakes3.NewMem()
-	a := startTestDaemon(t, m, "a", apiConfig{MaxBody: 16, Token: "s3cret"})
+	a := startTestDaemon(t, m, "a", APIConfig{MaxBody: 16, Token: "s3cret"})
 	auth := []string{"Authorization", "Bearer s3cret"}
 	before := m.Counts()
 	st, res := a.call(t, "POST", "/v1/cells/c/append", "x")
@@ -227,25 +231,12 @@ func TestDaemonBadInput(t *testing.T) {
 	}
 }
 
-// A store that ignores conditions is refused at start with DEED-E010.
-func TestDaemonRefusesBrokenStore(t *testing.T) {
-	m := fakes3.NewMem()
-	m.SetIgnoreConditions(true)
-	_, err := openDaemon(t.Context(), daemonConfig{Node: "a", TTL: 2 * time.Second}, m, slog.New(slog.DiscardHandler), newMetrics())
-	if bucket.CodeOf(err) != bucket.CodeContract || bucket.CodeOf(err).ExitStatus() != 5 {
-		t.Fatalf("got %v, want DEED-E010", err)
-	}
-	if keys := m.Keys("nodes/"); len(keys) != 0 {
-		t.Fatalf("a refused daemon wrote %v", keys)
-	}
-}
-
 // Close drains: the other node claims every cell at once, with the chains
 // already sealed.
 func TestDaemonDrain(t *testing.T) {
 	m := fakes3.NewMem()
-	a := startTestDaemon(t, m.Client("a"), "a", apiConfig{})
-	b := startTestDaemon(t, m.Client("b"), "b", apiConfig{})
+	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
+	b := startTestDaemon(t, m.Client("b"), "b", APIConfig{})
 	for i := range 10 {
 		if st, res := a.call(t, "POST", fmt.Sprintf("/v1/cells/c%d/append", i), "x"); st != 200 {
 			t.Fatal(res)
@@ -265,4 +256,20 @@ func base64Decode(s string) (string, error) {
 	return string(b), err
 }
 
-func base64Encode(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+// syncBuffer is a bytes.Buffer safe to read while the daemon logs to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ type documentedSeries struct {
 // the series the daemon documents.
 func readmeMetrics(t *testing.T) []documentedSeries {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func readmeMetrics(t *testing.T) []documentedSeries {
 func scrapeAfterWorkload(t *testing.T) (map[string]*dto.MetricFamily, int) {
 	t.Helper()
 	m := fakes3.NewMem()
-	a := startTestDaemon(t, m.Client("a"), "a", apiConfig{})
+	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
 	const appends = 7
 	for i := range appends {
 		if st, res := a.call(t, "POST", "/v1/cells/c1/append", fmt.Sprintf("rec-%d", i)); st != 200 {
@@ -224,7 +224,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 	if got, ok := value(fams["deed_s3_requests_total"], map[string]string{"op": "put", "outcome": "ok"}); !ok || got < float64(rec.GetSampleCount()) {
 		t.Errorf(`deed_s3_requests_total{op="put",outcome="ok"} = %v, want at least one per transaction file`, got)
 	}
-	v, _ := buildVersion()
+	v := testVersion
 	if got, ok := value(fams["deed_build_info"], map[string]string{"version": v, "goversion": runtime.Version()}); !ok || got != 1 {
 		t.Errorf("deed_build_info{version=%q,goversion=%q} = %v (exists: %v), want 1", v, runtime.Version(), got, ok)
 	}

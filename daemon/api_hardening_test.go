@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bufio"
@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/fakes3"
 )
 
 // apiServer serves an in-process daemon with `deed run`'s server
-// (newAPIServer) on ln.
-func apiServer(t *testing.T, m *fakes3.Mem, ln net.Listener, maxConns int, api apiConfig) (*http.Server, net.Listener) {
+// (NewServer) on ln.
+func apiServer(t *testing.T, m *fakes3.Mem, ln net.Listener, maxConns int, api APIConfig) (*http.Server, net.Listener) {
 	t.Helper()
 	if api.MaxBody == 0 {
 		api.MaxBody = 1 << 20
@@ -28,7 +29,7 @@ func apiServer(t *testing.T, m *fakes3.Mem, ln net.Listener, maxConns int, api a
 		api.MaxLimit = 1000
 	}
 	d := openTestDaemon(t, m.Client("a"), 2*time.Second)
-	srv, sln := newAPIServer(d.handler(api), ln, maxConns, context.Background())
+	srv, sln := NewServer(d.handler(api), ln, maxConns, context.Background())
 	go func() { _ = srv.Serve(sln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv, sln
@@ -45,7 +46,7 @@ func TestIdleConnectionsDoNotBlockReadyz(t *testing.T) {
 		t.Fatal(err)
 	}
 	const maxConns, idle = 64, 300
-	_, sln := apiServer(t, fakes3.NewMem(), ln, maxConns, apiConfig{})
+	_, sln := apiServer(t, fakes3.NewMem(), ln, maxConns, APIConfig{})
 	addr := ln.Addr().String()
 	var conns []net.Conn
 	defer func() {
@@ -130,7 +131,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := fakes3.NewMem()
 		ln := newPipeListener()
-		apiServer(t, m, ln, 0, apiConfig{})
+		apiServer(t, m, ln, 0, APIConfig{})
 
 		// A slow body: 10 of 100 bytes, then nothing.
 		c := ln.dial()
@@ -195,7 +196,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 // (Connection: close), so that a client without the token holds none.
 func TestUnauthorizedConnectionIsClosed(t *testing.T) {
 	m := fakes3.NewMem()
-	a := startTestDaemon(t, m, "a", apiConfig{Token: "s3cret"})
+	a := startTestDaemon(t, m, "a", APIConfig{Token: "s3cret"})
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.srv.URL+"/v1/cells/c/append", strings.NewReader("x"))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -209,7 +210,7 @@ func TestUnauthorizedConnectionIsClosed(t *testing.T) {
 
 // Wrong methods on known paths answer 405 with Allow, not 404.
 func TestWrongMethodIs405WithAllow(t *testing.T) {
-	a := startTestDaemon(t, fakes3.NewMem(), "a", apiConfig{})
+	a := startTestDaemon(t, fakes3.NewMem(), "a", APIConfig{})
 	for _, tc := range []struct{ method, path, allow string }{
 		{"GET", "/v1/cells/c/append", "POST"},
 		{"DELETE", "/v1/cells/c", "GET, HEAD"},
@@ -236,7 +237,7 @@ func TestWrongMethodIs405WithAllow(t *testing.T) {
 // surrounding whitespace (read from a file or the environment with its
 // newline) is the trimmed token, on both sides.
 func TestBearerTokenSchemeAndWhitespace(t *testing.T) {
-	a := startTestDaemon(t, fakes3.NewMem(), "a", apiConfig{Token: "s3cret\n"})
+	a := startTestDaemon(t, fakes3.NewMem(), "a", APIConfig{Token: "s3cret\n"})
 	for _, hdr := range []string{"Bearer s3cret", "bearer s3cret", "BEARER  s3cret", "Bearer s3cret\t"} {
 		if st, res := a.call(t, "GET", "/v1/cells", "", "Authorization", hdr); st != 200 {
 			t.Errorf("Authorization %q: %d %v", hdr, st, res)
@@ -247,15 +248,21 @@ func TestBearerTokenSchemeAndWhitespace(t *testing.T) {
 			t.Errorf("Authorization %q: %d, want 401", hdr, st)
 		}
 	}
-	// The CLI's token, from the environment with a newline.
-	r := deed(t, t.Context(), map[string]string{envAddr: a.srv.URL, envToken: "s3cret\n"}, "append", "c", "x")
-	wantExit(t, r, 0, "")
+	// The client's token, as read from a file or the environment (the
+	// CLI's DEED_TOKEN), with a newline.
+	c, err := client.New(a.srv.URL, client.Options{Token: "s3cret\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Append(t.Context(), "c", []byte("x")); err != nil {
+		t.Fatalf("append with the token and its newline: %v", err)
+	}
 }
 
 // An empty append is refused (DEED-E040, applied "no") and writes nothing.
 func TestEmptyAppendIsRefused(t *testing.T) {
 	m := fakes3.NewMem()
-	a := startTestDaemon(t, m, "a", apiConfig{})
+	a := startTestDaemon(t, m, "a", APIConfig{})
 	before := m.Counts()
 	st, res := a.call(t, "POST", "/v1/cells/c/append", "")
 	wantErr(t, st, res, 400, bucket.CodeBadRequest)
@@ -267,41 +274,5 @@ func TestEmptyAppendIsRefused(t *testing.T) {
 	}
 	if keys := m.Keys("cells/"); len(keys) != 0 {
 		t.Fatalf("an empty append left %v", keys)
-	}
-}
-
-// An endpoint with user:pass@ is never printed with its password: not in
-// the error of a command that cannot reach it, not in the debug log.
-func TestEndpointPasswordIsRedacted(t *testing.T) {
-	for _, tc := range []struct {
-		env  map[string]string
-		args []string
-	}{
-		{map[string]string{envBucket: "s3://b", envEndpoint: "http://user:hunter2@127.0.0.1:1"}, []string{"probe", "--log-level", "debug"}},
-		{map[string]string{envBucket: "s3://b", envEndpoint: "http://user:hunter2@127.0.0.1:1"}, []string{"show", "c", "--log-level", "debug"}},
-		{map[string]string{envBucket: "s3://b", envEndpoint: "ftp://user:hunter2@127.0.0.1:1"}, []string{"show", "c"}},
-		{map[string]string{envBucket: "s3://b", envEndpoint: "http://user:hunter2@[::1"}, []string{"show", "c"}},
-		{map[string]string{envAddr: "http://user:hunter2@127.0.0.1:1"}, []string{"append", "c", "x"}},
-		{map[string]string{envAddr: "http://user:hunter2@127.0.0.1:1?x"}, []string{"append", "c", "x"}},
-	} {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		r := deed(t, ctx, tc.env, tc.args...)
-		cancel()
-		if r.status == 0 {
-			t.Errorf("deed %v: exit 0", tc.args)
-		}
-		if out := r.stdout + r.stderr; strings.Contains(out, "hunter2") {
-			t.Errorf("deed %v printed the endpoint's password:\n%s", tc.args, out)
-		}
-	}
-}
-
-// The store's description (`deed run`'s banner, probe and bench reports)
-// names the endpoint without its password.
-func TestStoreDescriptionRedactsEndpoint(t *testing.T) {
-	cfg := &config{endpoint: "https://user:hunter2@store.example:9000"}
-	got := cfg.describe(bucket.Location{Bucket: "b"})
-	if strings.Contains(got, "hunter2") || !strings.Contains(got, "store.example:9000") {
-		t.Fatalf("describe = %q", got)
 	}
 }

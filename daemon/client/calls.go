@@ -1,0 +1,120 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// DefaultTimeout bounds one request when Options.HTTPClient is nil. An
+// append answers only once durable, so it is generous.
+const DefaultTimeout = 60 * time.Second
+
+// Options configure a Client.
+type Options struct {
+	// Token is the daemon's bearer token ("" when it requires none);
+	// surrounding whitespace (a token file's newline) is ignored.
+	Token string
+	// HTTPClient sends the requests; nil means one with DefaultTimeout.
+	// Set it to trust a private CA for an https address.
+	HTTPClient *http.Client
+}
+
+// Client talks to one daemon. It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// New returns a client of the daemon at base, "http(s)://HOST:PORT". A
+// base that is not such a URL is DEED-E040, before any request.
+func New(base string, opts Options) (*Client, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, newError(bucket.CodeBadRequest, 0, "daemon address %q: want http(s)://HOST:PORT of a running 'deed run'", redactURL(base))
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: DefaultTimeout}
+	}
+	return &Client{base: strings.TrimSuffix(base, "/"), token: strings.TrimSpace(opts.Token), hc: hc}, nil
+}
+
+// Append appends one record (at least one byte) to cell's log and returns
+// where it landed once it is durable. The daemon claims the cell first when
+// no live node holds it. An *Error with Applied "unknown" (DEED-E012) means
+// the record may have been written: read the log before sending it again.
+func (c *Client) Append(ctx context.Context, cell string, record []byte) (AppendResult, error) {
+	var v AppendResult
+	err := c.do(ctx, http.MethodPost, cellPath(cell, "/append"), nil, bytes.NewReader(record), &v)
+	return v, err
+}
+
+// ReadOptions select the records of a Read.
+type ReadOptions struct {
+	// After is the position the read starts after (0: from the start).
+	After uint64
+	// Limit is the most records to return; 0 means the daemon's default
+	// (100).
+	Limit int
+	// Barrier makes the read linearizable: the daemon must hold the cell
+	// (else DEED-E024), and it fails with DEED-E021 when a newer epoch has
+	// fenced it.
+	Barrier bool
+}
+
+// Read returns the records of cell's log after opts.After, in order. Fewer
+// than the limit means the end of the log, for now.
+func (c *Client) Read(ctx context.Context, cell string, opts ReadOptions) (ReadResult, error) {
+	q := url.Values{"after": {strconv.FormatUint(opts.After, 10)}}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Barrier {
+		q.Set("barrier", "true")
+	}
+	var v ReadResult
+	err := c.do(ctx, http.MethodGet, cellPath(cell, "/records"), q, nil, &v)
+	return v, err
+}
+
+// Claim makes the daemon claim cell (force: even from a live owner, which
+// bumps the epoch and fences it).
+func (c *Client) Claim(ctx context.Context, cell string, force bool) (Claim, error) {
+	var q url.Values
+	if force {
+		q = url.Values{"force": {"true"}}
+	}
+	var v Claim
+	err := c.do(ctx, http.MethodPost, cellPath(cell, "/claim"), q, nil, &v)
+	return v, err
+}
+
+// Release makes the daemon seal cell's log and release it, so a peer can
+// claim it at once. DEED-E024 when the daemon does not hold it.
+func (c *Client) Release(ctx context.Context, cell string) (Released, error) {
+	var v Released
+	err := c.do(ctx, http.MethodPost, cellPath(cell, "/release"), nil, nil, &v)
+	return v, err
+}
+
+// Cells lists the cells the daemon holds.
+func (c *Client) Cells(ctx context.Context) (HeldCells, error) {
+	var v HeldCells
+	err := c.do(ctx, http.MethodGet, "/v1/cells", nil, nil, &v)
+	return v, err
+}
+
+// Cell describes cell's ownership as the daemon sees it.
+func (c *Client) Cell(ctx context.Context, cell string) (CellInfo, error) {
+	var v CellInfo
+	err := c.do(ctx, http.MethodGet, cellPath(cell, ""), nil, nil, &v)
+	return v, err
+}

@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// The request and its answer, shared by every call of a Client.
+
+// do sends one request and decodes a 2xx JSON answer into out. An error
+// answer {"code","error"} becomes the same coded error the daemon reported,
+// so the exit status is the one the command would have had locally.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, out any) error {
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return newError(bucket.CodeBadRequest, 0, "%s %s: %w", method, u, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	// A write whose request reached the daemon whole may have taken effect
+	// whatever happens to its answer: from then on a lost answer is
+	// DEED-E012, never a refusal.
+	write := method != http.MethodGet && method != http.MethodHead
+	var sent atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				sent.Store(true)
+			}
+		},
+	}))
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if write && sent.Load() {
+			return newError(bucket.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
+		}
+		return newError(bucket.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		if write {
+			return newError(bucket.CodeAmbiguous, resp.StatusCode, "%s %s: outcome unknown: the daemon's answer (%s) was cut off: %w", method, path, resp.Status, err)
+		}
+		return newError(bucket.CodeUnavailable, resp.StatusCode, "read the daemon's answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return apiError(resp, raw, write)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		code := bucket.CodeUnavailable
+		if write {
+			code = bucket.CodeAmbiguous // it answered 2xx: the write may well have landed
+		}
+		return newError(code, resp.StatusCode, "the daemon at %s answered %s with something that is not deed's JSON: %.200q", c.redactedBase(), path, raw)
+	}
+	return nil
+}
+
+// apiError turns an error answer into a coded error. write says the
+// request was a write: an answer that does not say it was refused (deed's
+// body with "applied": "no") leaves its outcome unknown.
+func apiError(resp *http.Response, raw []byte, write bool) error {
+	var e ErrorBody
+	if err := json.Unmarshal(raw, &e); err == nil && strings.HasPrefix(string(e.Code), "DEED-E") {
+		msg := strings.TrimSpace(e.Error)
+		if msg == "" {
+			msg = resp.Status
+		}
+		if write && e.Applied == AppliedUnknown && e.Code != bucket.CodeAmbiguous {
+			// A daemon that says "unknown" under another code: the
+			// outcome is what counts.
+			return newError(bucket.CodeAmbiguous, resp.StatusCode, "outcome unknown: %s", msg)
+		}
+		ce := newError(e.Code, resp.StatusCode, "%s", msg)
+		ce.Owner, ce.OwnerAddr = e.Owner, e.OwnerAddr
+		return ce
+	}
+	// Not deed's error body: a proxy, or not a daemon at all.
+	code := bucket.CodeUnavailable
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		code = bucket.CodeUnauthorized
+	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound ||
+		resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusRequestEntityTooLarge:
+		code = bucket.CodeBadRequest
+	case write:
+		// A proxy's 502/504 (or anything else it did not refuse outright)
+		// may have come after it forwarded the request.
+		code = bucket.CodeAmbiguous
+	}
+	return newError(code, resp.StatusCode, "the daemon answered %s: %.200q", resp.Status, raw)
+}
+
+// redactedBase is the daemon's URL as it may be printed: a password in
+// it is masked.
+func (c *Client) redactedBase() string { return redactURL(c.base) }
+
+// redactURL masks the password of a URL with user:pass@ in it, for every
+// message that names the daemon's address. Of a string that does not parse
+// as a URL, whatever lies between "://" and the last "@" is masked whole.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		i, j := strings.Index(s, "://"), strings.LastIndex(s, "@")
+		if i >= 0 && j > i {
+			return s[:i+3] + "xxxxx" + s[j:]
+		}
+		return s
+	}
+	if u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// cellPath is the API path of a cell (names are validated: no escaping
+// needed, but escape anyway).
+func cellPath(cell, rest string) string {
+	return "/v1/cells/" + url.PathEscape(cell) + rest
+}

@@ -1,0 +1,108 @@
+package client
+
+import "github.com/deedkit/deed/bucket"
+
+// The wire types of the daemon's HTTP API: the daemon encodes them, the
+// Client decodes them. Field names and JSON keys are the API's contract.
+
+// CellInfo is the answer of GET /v1/cells/{cell}: the cell's ownership
+// record, and what the daemon knows about its owner.
+type CellInfo struct {
+	Cell       string `json:"cell"`
+	Node       string `json:"node"`
+	Epoch      uint64 `json:"epoch"`
+	Released   bool   `json:"released"`
+	Claimed    bool   `json:"claimed"`
+	HeldHere   bool   `json:"held_here"`
+	OwnerAlive bool   `json:"owner_alive"`
+	OwnerAddr  string `json:"owner_addr,omitempty"`
+}
+
+// HeldCell is one cell the daemon holds, at its lease's epoch.
+type HeldCell struct {
+	Cell  string `json:"cell"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// HeldCells is the answer of GET /v1/cells: the cells the node holds, by
+// name.
+type HeldCells struct {
+	Cells []HeldCell `json:"cells"`
+	Node  string     `json:"node"`
+}
+
+// Claim is the answer of POST /v1/cells/{cell}/claim.
+type Claim struct {
+	Cell  string `json:"cell"`
+	Node  string `json:"node"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// Released is the answer of POST /v1/cells/{cell}/release: the cell is
+// released (no node) at the epoch it was held at.
+type Released struct {
+	Cell     string `json:"cell"`
+	Epoch    uint64 `json:"epoch"`
+	Node     string `json:"node"`
+	Released bool   `json:"released"`
+}
+
+// AppendResult is the answer of a durable append: where the record landed.
+type AppendResult struct {
+	Cell  string `json:"cell"`
+	Epoch uint64 `json:"epoch"`
+	TxID  uint64 `json:"txid"`
+	Pos   uint64 `json:"pos"`
+}
+
+// Record is one record in a read.
+type Record struct {
+	Pos   uint64 `json:"pos"`
+	Epoch uint64 `json:"epoch"`
+	TxID  uint64 `json:"txid"`
+	Data  []byte `json:"data"` // base64 in JSON
+}
+
+// ReadResult is the answer of GET /v1/cells/{cell}/records. NextAfter is
+// the position to read after next (the last record's, or the request's
+// after when there were none).
+type ReadResult struct {
+	Cell      string   `json:"cell"`
+	NextAfter uint64   `json:"next_after"`
+	Records   []Record `json:"records"`
+}
+
+// ErrorBody is every error the API returns.
+type ErrorBody struct {
+	Code  bucket.Code `json:"code"`
+	Error string      `json:"error"`
+	// Applied says whether the request may have taken effect: "no" (it
+	// was refused or failed before anything was written: a retry cannot
+	// duplicate it) or "unknown" (DEED-E012: it may have taken effect; read
+	// before retrying). Every error body carries it; on a read it is "no".
+	Applied   Applied `json:"applied"`
+	Owner     string  `json:"owner,omitempty"`
+	OwnerAddr string  `json:"owner_addr,omitempty"`
+}
+
+// Applied is the "applied" field of an error body: whether a request that
+// failed may still have taken effect.
+type Applied string
+
+// The two answers of Applied.
+const (
+	AppliedNo      Applied = "no"
+	AppliedUnknown Applied = "unknown"
+)
+
+// AppliedOf is the one place that says whether a failed request may have
+// taken effect. It follows from the code alone: DEED-E012 is the only code
+// of an outcome that may have landed, and every layer (the log, the API,
+// the client) keeps it for exactly those, so every other code is a refusal
+// or a failure before anything was written.
+func AppliedOf(err error) Applied {
+	if bucket.CodeOf(err) == bucket.CodeAmbiguous {
+		return AppliedUnknown
+	}
+	return AppliedNo
+}
