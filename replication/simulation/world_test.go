@@ -160,7 +160,11 @@ func (w *world) newIncarnation(n *simNode) *incarnation {
 		timeout: w.reqTimeout, retries: w.retries, count: map[string]int{}}
 	node, err := owner.NewNode(inc.b, owner.Config{
 		Name: n.name, Addr: name, TTL: w.cfg.ttl,
-		WallClock: func() time.Time { return time.Now().Add(time.Duration(n.skew.Load())) },
+		// As in the daemon (daemon.Open): an owner that writes learns of a
+		// takeover at its next write, so it needs no record watch, and the
+		// watch's reads would only reshuffle every seed's schedule.
+		WatchInterval: -1,
+		WallClock:     func() time.Time { return time.Now().Add(time.Duration(n.skew.Load())) },
 		Hooks: owner.Hooks{Claim: inc.onClaim, Fence: inc.onFence,
 			Renew: func(result string) { w.h.logf("%s renew: %s", name, result) }},
 	})
