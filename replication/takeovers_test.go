@@ -134,7 +134,7 @@ func simulate(t *testing.T, seed uint64, owners, records int) (violation error) 
 	return violation
 }
 
-func TestSimulation(t *testing.T) {
+func TestRacingTakeoversKeepAcknowledgedRecords(t *testing.T) {
 	runs := 300
 	if testing.Short() {
 		runs = 50
@@ -146,12 +146,12 @@ func TestSimulation(t *testing.T) {
 	}
 }
 
-// The simulation must catch fencing without tombstones, a broken rule the
+// Racing takeovers must catch fencing without tombstones, a broken rule the
 // model rejects. (Following the epoch named in a seal, the model's other
 // broken rule, needs three owners racing in one order that these random
 // schedules almost never produce since tombstones go only to announced
 // epochs; TestPointerRuleLosesRecords stages it step by step.)
-func TestSimulationCatchesBrokenRules(t *testing.T) {
+func TestRacingTakeoversCatchBrokenRules(t *testing.T) {
 	for _, v := range []struct {
 		name    string
 		variant int
