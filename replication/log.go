@@ -312,7 +312,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 		// epochs between X and E, up to the first that holds a record.
 		next := cursor{epoch: E, txid: c.txid, pos: c.pos}
 		for _, y := range (&announced{epochs: ann}).above(c.epoch) {
-			if y >= E || brokenNoSeal || variant == variantNoTombstones {
+			if y >= E || brokenNoSeal || brokenNoTombstones {
 				break
 			}
 			if err := gap(c.txid); err != nil {
