@@ -2,8 +2,6 @@ package bucket
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/deedkit/deed/internal/nonce"
+	"github.com/deedkit/deed/internal/wait"
 )
 
 // The conformance probe.
@@ -312,7 +313,7 @@ func Probe(ctx context.Context, b Bucket, opts ProbeOptions) (ProbeReport, error
 	}
 	prefix := strings.Trim(opts.Prefix, "/")
 	if prefix == "" {
-		prefix = "deed-probe/" + randomHex(6)
+		prefix = "deed-probe/" + nonce.Hex(6)
 	}
 	r := ProbeReport{Prefix: prefix, Racers: opts.Racers, Started: time.Now()}
 	if opts.Racers < 2 {
@@ -321,7 +322,7 @@ func Probe(ctx context.Context, b Bucket, opts ProbeOptions) (ProbeReport, error
 	if err := ValidateKey(prefix + "/x"); err != nil {
 		return r.finish(Errorf(CodeBadRequest, "probe: scratch prefix: %w", err))
 	}
-	p := &prober{b: WithPrefix(b, prefix), id: randomHex(4), racers: opts.Racers, written: map[string]bool{}, report: &r}
+	p := &prober{b: WithPrefix(b, prefix), id: nonce.Hex(4), racers: opts.Racers, written: map[string]bool{}, report: &r}
 	// The probe deletes what it wrote; an empty prefix guarantees that
 	// nothing else is there to be confused with it.
 	if existing, err := listRetry(ctx, p.b); err != nil {
@@ -464,7 +465,7 @@ func (p *prober) body(label string) []byte {
 	p.seq++
 	n := p.seq
 	p.mu.Unlock()
-	return fmt.Appendf(nil, `{"probe":%q,"step":%q,"seq":%d,"nonce":%q}`, p.id, label, n, randomHex(8))
+	return fmt.Appendf(nil, `{"probe":%q,"step":%q,"seq":%d,"nonce":%q}`, p.id, label, n, nonce.Hex(8))
 }
 
 func (p *prober) put(ctx context.Context, key string, body []byte, cond Condition) (string, error) {
@@ -693,7 +694,7 @@ func (p *prober) checkUpdateStale(ctx context.Context) step {
 func (p *prober) checkIfMatchMissing(ctx context.Context) step {
 	// An ETag in the store's own format that cannot match: the MD5 of a
 	// body never written is as good as any.
-	ghost := `"` + randomHex(16) + `"`
+	ghost := `"` + nonce.Hex(16) + `"`
 	_, err := p.put(ctx, "missing", p.body("missing"), IfMatch(ghost))
 	var status int
 	var oe *OpError
@@ -978,7 +979,7 @@ func (p *prober) cleanup(ctx context.Context) error {
 				foreign = append(foreign, k)
 			}
 		}
-		if len(ours) == 0 || attempt == 3 || !sleepCtx(ctx, time.Duration(100<<attempt)*time.Millisecond) {
+		if len(ours) == 0 || attempt == 3 || wait.Sleep(ctx, time.Duration(100<<attempt)*time.Millisecond) != nil {
 			break
 		}
 	}
@@ -1011,50 +1012,35 @@ func (p *prober) cleanup(ctx context.Context) error {
 // deleteRetry deletes key unconditionally, retrying transient errors briefly
 // (an unconditional delete is idempotent, so retrying is safe).
 func deleteRetry(ctx context.Context, b Bucket, key string) error {
-	var err error
-	for attempt := 0; attempt < 4; attempt++ {
-		if err = b.Delete(ctx, key, None); err == nil || errors.Is(err, ErrNotFound) {
-			return nil
+	err := wait.Retry(ctx, 4, probeBackoff, nil, func(ctx context.Context) error {
+		if err := b.Delete(ctx, key, None); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
 		}
-		if !sleepCtx(ctx, time.Duration(50<<attempt)*time.Millisecond) {
-			break
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
 	}
-	return fmt.Errorf("delete %s: %w", key, err)
+	return nil
 }
 
 // listRetry lists every key under b, retrying transient errors briefly.
 func listRetry(ctx context.Context, b Bucket) ([]string, error) {
-	var err error
-	for attempt := 0; attempt < 4; attempt++ {
-		var page ListPage
-		if page, err = ListAll(ctx, b, ListInput{}); err == nil {
-			keys := make([]string, 0, len(page.Objects))
-			for _, o := range page.Objects {
-				keys = append(keys, o.Key)
-			}
-			return keys, nil
-		}
-		if !sleepCtx(ctx, time.Duration(50<<attempt)*time.Millisecond) {
-			break
-		}
+	var page ListPage
+	err := wait.Retry(ctx, 4, probeBackoff, nil, func(ctx context.Context) (err error) {
+		page, err = ListAll(ctx, b, ListInput{})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	keys := make([]string, 0, len(page.Objects))
+	for _, o := range page.Objects {
+		keys = append(keys, o.Key)
+	}
+	return keys, nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b)
-}
+// probeBackoff paces the clean-up's retries: brief, since the probe is
+// interactive.
+var probeBackoff = wait.Backoff{Min: 50 * time.Millisecond}

@@ -14,6 +14,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,6 +102,10 @@ func (c Counts) Total() int64 { return c.Get + c.Head + c.Put + c.Delete + c.Lis
 // Sub returns c − o, for measuring one phase of a test.
 func (c Counts) Sub(o Counts) Counts {
 	return Counts{c.Get - o.Get, c.Head - o.Head, c.Put - o.Put, c.Delete - o.Delete, c.List - o.List}
+}
+
+func (c Counts) String() string {
+	return fmt.Sprintf("GET %d HEAD %d PUT %d DELETE %d LIST %d", c.Get, c.Head, c.Put, c.Delete, c.List)
 }
 
 type memObj struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/internal/wait"
 )
 
 // ClaimOptions modify a claim.
@@ -133,7 +134,7 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			continue
 		case errors.Is(err, bucket.ErrConflict):
 			lastErr = err
-			if err := sleepCtx(ctx, backoffStep(p)<<min(attempt, 5)); err != nil {
+			if err := wait.Sleep(ctx, wait.Backoff{Min: backoffStep(p), Max: backoffStep(p) << 5}.Delay(attempt)); err != nil {
 				return nil, "", bucket.Wrap(err, "claim %s", cell)
 			}
 			continue
@@ -208,7 +209,7 @@ func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, st
 		case errors.Is(err, bucket.ErrNotFound):
 			return false, "", nil
 		}
-		if serr := sleepCtx(ctx, backoffStep(n.cfg.params())<<i); serr != nil {
+		if serr := wait.Sleep(ctx, wait.Backoff{Min: backoffStep(n.cfg.params())}.Delay(i)); serr != nil {
 			return false, "", serr
 		}
 	}

@@ -167,8 +167,6 @@ type Observation struct {
 	// valid node lease (too large, not JSON, or with fields no node
 	// writes); such a lease is judged by its ETag alone.
 	Corrupt string
-
-	atMS int64 // the lease's at_ms; read only by a deliberately broken rule (broken.go)
 }
 
 // Alive is client-go's rule: a node is dead when its lease is missing,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/internal/wait"
 )
 
 // Defaults for a node's timings.
@@ -278,7 +279,7 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 					// Looking again every second (at most) lets the hook
 					// count down; a live process is still seen by its
 					// renewal, every TTL/3.
-					if err := sleepCtx(ctx, min(p.TTL/3, time.Second)); err != nil {
+					if err := wait.Sleep(ctx, min(p.TTL/3, time.Second)); err != nil {
 						return time.Time{}, err
 					}
 					continue
@@ -303,7 +304,7 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 			got, gerr := getRecord(ctx, n.b, key, "node lease")
 			if gerr != nil || string(got.Body) != string(body) {
 				// Did not land, or cannot tell yet: back off, decide again.
-				if err := sleepCtx(ctx, backoffStep(p)); err != nil {
+				if err := wait.Sleep(ctx, backoffStep(p)); err != nil {
 					return time.Time{}, err
 				}
 				continue
@@ -616,17 +617,6 @@ func (n *Node) forget(l *Lease) {
 // backoffStep is the pause after a 409 or an unreadable outcome: short
 // against the TTL, so a brief store hiccup costs little.
 func backoffStep(p Params) time.Duration { return max(p.TTL/100, 10*time.Millisecond) }
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // leaseIncarnation is the incarnation a claim records: this process's, once
 // it holds a node lease under it; "" for a node that never opened, whose

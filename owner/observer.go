@@ -120,7 +120,7 @@ func (o *Observer) fetch(ctx context.Context, node string) error {
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
 		ob.TTL = rec.TTL()
 		if brokenWallClockDeath {
-			ob.atMS = rec.AtMS
+			noteAtMS(ob, rec.AtMS)
 		}
 	} else {
 		ob.Corrupt = perr.Error()

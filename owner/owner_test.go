@@ -166,44 +166,6 @@ func TestStalledHolderCannotAct(t *testing.T) {
 	}
 }
 
-func TestRenewedLeaseOutlivesOriginalDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		m := fakes3.NewMem()
-		var renewals int
-		var mu sync.Mutex
-		a, err := owner.NewNode(m, owner.Config{Name: "a", TTL: ttl, Margin: margin, Hooks: owner.Hooks{Renew: func(r string) {
-			mu.Lock()
-			if r == "ok" {
-				renewals++
-			}
-			mu.Unlock()
-		}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Open(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer closeNode(a)
-		l, _ := a.Claim(t.Context(), "c", owner.ClaimOptions{})
-		obs := owner.NewObserver(m, a.Params())
-		for i := 0; i < 10; i++ {
-			time.Sleep(ttl)
-			if err := obs.Refresh(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			if !obs.Alive("a") || a.Err() != nil || l.Err() != nil {
-				t.Fatalf("after %d TTLs: alive=%v node=%v lease=%v", i+1, obs.Alive("a"), a.Err(), l.Err())
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if renewals < 28 {
-			t.Fatalf("%d renewals in 10 TTLs, want ~30 (every TTL/3)", renewals)
-		}
-	})
-}
-
 func TestReleaseLetsNextClaimerInAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := fakes3.NewMem()
@@ -305,20 +267,6 @@ func TestFenceStrictlyBeforeDeath(t *testing.T) {
 			})
 		})
 	}
-}
-
-func TestRenewalRetriesThroughBriefOutage(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		m := fakes3.NewMem()
-		a := openNode(t, m, "a")
-		time.Sleep(ttl / 2)
-		// Two failed renewals in a row, then the store recovers.
-		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Fault: fakes3.SlowDown, Times: 2})
-		time.Sleep(3 * ttl)
-		if a.Err() != nil {
-			t.Fatalf("a brief outage fenced the node: %v", a.Err())
-		}
-	})
 }
 
 func TestNodeLeaseReplacedFencesAtOnce(t *testing.T) {

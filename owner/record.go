@@ -2,14 +2,13 @@ package owner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/internal/nonce"
 )
 
 // MaxRecordLen bounds what deed reads of an ownership record (own.json) or a
@@ -133,7 +132,5 @@ func (r NodeRecord) marshal() []byte {
 
 // newNonce returns 16 random bytes in hex.
 func newNonce() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
+	return nonce.Hex(16)
 }

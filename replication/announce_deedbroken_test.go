@@ -49,3 +49,14 @@ func lateAnnouncerWrites(t *testing.T) {
 		}
 	})
 }
+
+// Following the epoch a seal names (the model's --pointer) jumps from
+// e1/2 to e3/2, which is empty: y0 and b0, both acknowledged, are lost.
+func TestBrokenPointerRuleLosesRecords(t *testing.T) {
+	defer replication.SetBrokenPointer(true)()
+	synctest.Test(t, func(t *testing.T) {
+		if got := pointerRace(t); !slices.Equal(got, []string{"a0"}) {
+			t.Fatalf("read %q; following the seal's epoch should lose y0 and b0", got)
+		}
+	})
+}

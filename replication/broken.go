@@ -1,25 +1,26 @@
+//go:build !deedbroken
+
 package replication
 
-import (
-	"context"
-	"errors"
-	"slices"
-	"sync"
-
-	"github.com/deedkit/deed/bucket"
-)
+import "context"
 
 // Deliberately broken rules. Each one drops a piece of the data path that
-// DESIGN.md says the promises rest on. They exist only so that the
-// simulation (replication/simulation) can prove its checkers catch them: a
-// checker that stays green against a broken protocol is a broken checker.
-// Only a test build with the deedbroken tag can set them
-// (broken_deedbroken.go); in every other build they are false, and each
-// costs one load of a false bool where it is checked.
-var (
+// the promises rest on (README: "Guarantees"). They exist only so that the
+// simulation (replication/simulation) and the step-by-step races in this
+// package's tests can prove their checkers catch them: a checker that stays
+// green against a broken protocol is a broken checker.
+//
+// In every build without the deedbroken tag each switch is a false
+// constant, so every `if brokenX {…}` on the data path is dead code the
+// compiler drops, and the functions below, which only such blocks call,
+// are never reached. A test build with the deedbroken tag gets the same
+// names as variables, its setters and the rules' real code
+// (broken_deedbroken.go).
+
+const (
 	// brokenNoSeal: a new owner starts its chain where its predecessors'
 	// ends, without sealing or tombstoning them.
-	brokenNoSeal bool
+	brokenNoSeal = false
 	// brokenNoReadBack: a slot write whose PUT failed is never read back.
 	// A 412 is trusted to mean that someone else's file holds the slot
 	// (the file there is read only to report it), and any other failure is
@@ -27,10 +28,10 @@ var (
 	// On its own that is merely unhelpful; behind a client that retries
 	// conditional writes by itself, the 412 can answer our own first
 	// attempt, and an append that landed is refused.
-	brokenNoReadBack bool
+	brokenNoReadBack = false
 	// brokenEarlyAck: appends are acknowledged when their PUT is sent,
 	// before it returns.
-	brokenEarlyAck bool
+	brokenEarlyAck = false
 
 	// The broken variants of bounded fencing (each one a counterexample of
 	// the model): a new owner that does not re-read the ownership record
@@ -42,67 +43,59 @@ var (
 	// read began (brokenReaderStaleList) or ends the chain at the first
 	// missing slot of an announced epoch above a seal
 	// (brokenReaderStopsAtMissing).
-	brokenNoRecheck            bool
-	brokenRecheckFirst         bool
-	brokenListBeforeClaim      bool
-	brokenReaderStaleList      bool
-	brokenReaderStopsAtMissing bool
+	brokenNoRecheck            = false
+	brokenRecheckFirst         = false
+	brokenListBeforeClaim      = false
+	brokenReaderStaleList      = false
+	brokenReaderStopsAtMissing = false
+
+	// brokenPointer: readers follow the epoch named in a seal instead of
+	// scanning the announced epochs above it (the model's --pointer).
+	// Random schedules almost never produce the three owners racing in the
+	// one order it needs; TestBrokenPointerRuleLosesRecords stages it.
+	brokenPointer = false
+	// brokenNoTombstones: a new owner seals the newest epoch with data and
+	// tombstones nothing (the model's --no-tombstones).
+	brokenNoTombstones = false
+
+	// The broken GC rules. The simulation catches brokenGCMarkers
+	// (TestBrokenGCDeletesMarkers); the race brokenGCNewestFirst opens
+	// needs an interleaving random schedules almost never produce, so
+	// TestBrokenGCNewestFirstSealsAHole sets it up step by step.
+	//
+	// brokenGCNewestFirst: GC deletes what it may delete newest first — the
+	// record files in descending txid order, then the older snapshots, newest
+	// first — instead of older snapshots first, then record files in txid
+	// order. Every file it deletes is still covered by the newest snapshot, so
+	// the end state is the same; what breaks is the argument that lets walks
+	// run during GC (stillValid): a walk that meets a hole must find the file
+	// it started from (a record below the hole, or an older snapshot) gone as
+	// well. Deleting from the top, GC makes holes above a walk's start while
+	// the start is still there: a new owner's fencing walk that started below
+	// the range takes the hole for the end of the chain and seals it — a seal
+	// in the middle of the chain, which cuts off every record after it — and
+	// a restore from an older snapshot, or a read whose listing predates the
+	// snapshot (reads check holes against the snapshot their listing showed,
+	// anchor.covered), returns the log cut short.
+	brokenGCNewestFirst = false
+	// brokenGCMarkers: GC deletes the seals and tombstones at or below the
+	// snapshot along with the records. Restores do not miss them (they start
+	// after the snapshot), but a paused or forced-out owner does: the seal at
+	// its next slot was all that fenced it, so its next append lands in the
+	// freed slot and is acknowledged — below the snapshot, where no restore
+	// will ever look.
+	brokenGCMarkers = false
 )
 
-// staleLists holds, per cell, the announced epochs of the previous LIST a
-// broken variant made, standing in for a LIST made earlier than it may be.
-var (
-	staleMu    sync.Mutex
-	staleLists = map[string][]uint64{}
-)
+// brokenOnly is the panic of the functions below in a release build, where
+// nothing calls them: each is called only under a switch that is false
+// here. broken_deedbroken.go has their real code.
+const brokenOnly = "replication: a deliberately broken rule ran in a build without the deedbroken tag"
 
-// staleAnnounced returns the announced epochs of the previous LIST of cell
-// (made by any store of this process), restricted to epochs below limit, in
-// place of fresh, and keeps fresh for the next call
-// (brokenListBeforeClaim, brokenReaderStaleList). The first call gets
-// fresh.
-func staleAnnounced(cell string, limit uint64, fresh []uint64) []uint64 {
-	staleMu.Lock()
-	defer staleMu.Unlock()
-	old, ok := staleLists[cell]
-	if !ok {
-		staleLists[cell] = slices.Clone(fresh)
-		return fresh
-	}
-	var out []uint64
-	for _, e := range old {
-		if e < limit {
-			out = append(out, e)
-		}
-	}
-	staleLists[cell] = slices.Clone(fresh)
-	return out
-}
+func staleAnnounced(string, uint64, []uint64) []uint64 { panic(brokenOnly) }
 
-// trustTypedError is the write path of brokenNoReadBack: it takes err, the
-// typed error of the PUT, at its word.
-func (s *store) trustTypedError(ctx context.Context, key string, err error) (*File, error) {
-	if !errors.Is(err, bucket.ErrPrecondition) {
-		return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %w", key, err)
-	}
-	f, _, rerr := s.read(ctx, key)
-	switch {
-	case rerr != nil:
-		return nil, rerr
-	case f == nil:
-		return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: 412, then missing: %w", key, err)
-	}
-	return f, nil
-}
+func (s *store) trustTypedError(context.Context, string, error) (*File, error) { panic(brokenOnly) }
 
-// ackEarly is the write path of brokenEarlyAck: it acknowledges every
-// append of batch as if its file were written at txid, and returns
-// stand-ins for them whose outcomes nobody waits for.
-func ackEarly(batch []*pending, epoch uint64, txid TxID, pos Pos) []*pending {
-	out := make([]*pending, len(batch))
-	for i, p := range batch {
-		p.done <- outcome{res: Result{Epoch: epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(batch)}}
-		out[i] = &pending{data: p.data, taken: true, done: make(chan outcome, 1)}
-	}
-	return out
-}
+func ackEarly([]*pending, uint64, TxID, Pos) []*pending { panic(brokenOnly) }
+
+func newestFirst([]listed) { panic(brokenOnly) }

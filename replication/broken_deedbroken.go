@@ -2,6 +2,31 @@
 
 package replication
 
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// The switches broken.go documents, as variables the setters below flip.
+var (
+	brokenNoSeal               bool
+	brokenNoReadBack           bool
+	brokenEarlyAck             bool
+	brokenNoRecheck            bool
+	brokenRecheckFirst         bool
+	brokenListBeforeClaim      bool
+	brokenReaderStaleList      bool
+	brokenReaderStopsAtMissing bool
+	brokenPointer              bool
+	brokenNoTombstones         bool
+	brokenGCNewestFirst        bool
+	brokenGCMarkers            bool
+)
+
 // The switches of broken.go, for the simulation's tests that its checkers
 // catch each broken rule. They exist only in builds with the deedbroken
 // tag. Each returns a function that restores the previous setting; never
@@ -45,9 +70,93 @@ func SetBrokenReaderStopsAtMissing(on bool) (restore func()) {
 	return set(&brokenReaderStopsAtMissing, on)
 }
 
+// SetBrokenPointer makes readers follow the epoch named in a seal.
+func SetBrokenPointer(on bool) (restore func()) { return set(&brokenPointer, on) }
+
+// SetBrokenNoTombstones makes a new owner seal the newest epoch with data
+// and tombstone nothing.
+func SetBrokenNoTombstones(on bool) (restore func()) { return set(&brokenNoTombstones, on) }
+
+// SetBrokenGCNewestFirst makes GC delete newest first (record files in
+// descending txid order, then older snapshots), so a walk can meet a hole
+// while the file it started from is still there (broken.go).
+func SetBrokenGCNewestFirst(on bool) (restore func()) { return set(&brokenGCNewestFirst, on) }
+
+// SetBrokenGCMarkers makes GC delete the seals and tombstones its
+// snapshot covers (broken.go).
+func SetBrokenGCMarkers(on bool) (restore func()) { return set(&brokenGCMarkers, on) }
+
 // ForgetStaleLists drops the listings the stale-LIST variants keep.
 func ForgetStaleLists() {
 	staleMu.Lock()
 	clear(staleLists)
 	staleMu.Unlock()
+}
+
+// The rules' code, called only under their switches.
+
+// staleLists holds, per cell, the announced epochs of the previous LIST a
+// broken variant made, standing in for a LIST made earlier than it may be.
+var (
+	staleMu    sync.Mutex
+	staleLists = map[string][]uint64{}
+)
+
+// staleAnnounced returns the announced epochs of the previous LIST of cell
+// (made by any store of this process), restricted to epochs below limit, in
+// place of fresh, and keeps fresh for the next call
+// (brokenListBeforeClaim, brokenReaderStaleList). The first call gets
+// fresh.
+func staleAnnounced(cell string, limit uint64, fresh []uint64) []uint64 {
+	staleMu.Lock()
+	defer staleMu.Unlock()
+	old, ok := staleLists[cell]
+	if !ok {
+		staleLists[cell] = slices.Clone(fresh)
+		return fresh
+	}
+	var out []uint64
+	for _, e := range old {
+		if e < limit {
+			out = append(out, e)
+		}
+	}
+	staleLists[cell] = slices.Clone(fresh)
+	return out
+}
+
+// trustTypedError is the write path of brokenNoReadBack: it takes err, the
+// typed error of the PUT, at its word.
+func (s *store) trustTypedError(ctx context.Context, key string, err error) (*File, error) {
+	if !errors.Is(err, bucket.ErrPrecondition) {
+		return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %w", key, err)
+	}
+	f, _, rerr := s.read(ctx, key)
+	switch {
+	case rerr != nil:
+		return nil, rerr
+	case f == nil:
+		return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: 412, then missing: %w", key, err)
+	}
+	return f, nil
+}
+
+// ackEarly is the write path of brokenEarlyAck: it acknowledges every
+// append of batch as if its file were written at txid, and returns
+// stand-ins for them whose outcomes nobody waits for.
+func ackEarly(batch []*pending, epoch uint64, txid TxID, pos Pos) []*pending {
+	out := make([]*pending, len(batch))
+	for i, p := range batch {
+		p.done <- outcome{res: Result{Epoch: epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(batch)}}
+		out[i] = &pending{data: p.data, taken: true, done: make(chan outcome, 1)}
+	}
+	return out
+}
+
+// newestFirst reverses victims (older snapshots, then record files in txid
+// order) into the delete order of brokenGCNewestFirst.
+func newestFirst(victims []listed) {
+	for l, r := 0, len(victims)-1; l < r; l, r = l+1, r-1 {
+		victims[l], victims[r] = victims[r], victims[l]
+	}
 }

@@ -48,18 +48,6 @@ func step(c cursor, f *File) (next cursor, scan, end bool) {
 	}
 }
 
-// variant selects a deliberately broken rule. It exists only so that the
-// simulation test can prove it catches the two variants the model rejects
-// (following the epoch a seal names, and fencing without tombstones); it is
-// always variantSound outside that test.
-var variant = variantSound
-
-const (
-	variantSound        = iota
-	variantPointer      // readers follow the epoch named in a seal
-	variantNoTombstones // seal the newest epoch with data, tombstone nothing
-)
-
 // checkPos verifies that a record file carries the position the chain
 // expects at it; anything else is a damaged log.
 func checkPos(key string, f *File, c cursor) error {
@@ -168,7 +156,7 @@ func (s *store) walk(ctx context.Context, c cursor, ann *announced, visit func(k
 				continue
 			}
 		}
-		if variant == variantPointer && f != nil && f.By > c.epoch {
+		if brokenPointer && f != nil && f.By > c.epoch {
 			c.epoch = f.By // the broken rule: follow the seal's epoch
 			continue
 		}

@@ -7,20 +7,6 @@ import (
 	"github.com/deedkit/deed/owner"
 )
 
-// Variants of the data-path rule for the simulation test.
-const (
-	VariantSound        = variantSound
-	VariantPointer      = variantPointer
-	VariantNoTombstones = variantNoTombstones
-)
-
-// SetVariant switches the rule until the returned function is called.
-func SetVariant(v int) (restore func()) {
-	old := variant
-	variant = v
-	return func() { variant = old }
-}
-
 // Announce does only the first step of Open for lease: it creates the
 // epoch's announcement marker, as an owner that then crashes would.
 func Announce(ctx context.Context, b bucket.Bucket, lease *owner.Lease) error {

@@ -357,6 +357,28 @@ func TestLeaseRefused(t *testing.T) {
 	}
 	_, err = logA.Append(ctx, la, []byte("x"))
 	mustCode(t, err, bucket.CodeReleased)
+	// A barrier read borrows the lease as Append does, and is refused the
+	// same way; a plain read acts for nobody and still reads.
+	_, err = logA.Read(ctx, 0, 0, true)
+	mustCode(t, err, bucket.CodeReleased)
+	if _, err := logA.Read(ctx, 0, 0, false); err != nil {
+		t.Fatalf("plain read after release: %v", err)
+	}
 	_, err = replication.Open(ctx, m, la)
 	mustCode(t, err, bucket.CodeReleased)
+
+	// Released without Close (no seal at the chain end): a barrier read is
+	// refused before it sends anything, not answered as if this log were
+	// still the cell's writer.
+	lc := claim(t, m, "c", false)
+	logC := open(t, m, lc)
+	if err := lc.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c0 := m.Counts()
+	_, err = logC.Read(ctx, 0, 0, true)
+	mustCode(t, err, bucket.CodeReleased)
+	if d := m.Counts().Sub(c0); d.Total() != 0 {
+		t.Fatalf("the refused barrier read sent requests: %v", d)
+	}
 }

@@ -18,7 +18,7 @@ import (
 // Writing the same snapshot twice is a no-op; a different state for a txid
 // that already has a snapshot in this epoch is refused (DEED-E040).
 func (l *Log) Snapshot(ctx context.Context, lease *owner.Lease, upTo TxID, state []byte) (Snapshot, error) {
-	if err := l.checkLease(lease); err != nil {
+	if err := l.borrow(lease); err != nil {
 		return Snapshot{}, err
 	}
 	next, err := l.nextPosAfter(ctx, upTo)

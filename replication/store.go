@@ -5,10 +5,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/internal/wait"
 )
 
 // Defaults for Options.
@@ -134,41 +134,23 @@ func newStore(b bucket.Bucket, cell string, opts []Option) *store {
 
 // backoff is the pause before retry attempt i (0-based), with ±25% jitter.
 func (s *store) backoff(i int) time.Duration {
-	d := s.cfg.backoffMin << min(i, 20)
-	if d > s.cfg.backoffMax || d <= 0 {
-		d = s.cfg.backoffMax
-	}
-	return d - d/4 + rand.N(d/2+1)
+	return wait.Backoff{Min: s.cfg.backoffMin, Max: s.cfg.backoffMax, Jitter: true}.Delay(i)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// final reports the errors retrying cannot change: a permanent refusal, or
+// an answer about the key itself (missing, precondition, too large).
+func final(err error) bool {
+	return bucket.Permanent(err) || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) || errors.Is(err, bucket.ErrTooLarge)
 }
 
 // retry runs op until it succeeds, fails permanently, or attempts run out
 // (attempts ≤ 0: until ctx ends). Each attempt gets its own timeout.
 func (s *store) retry(ctx context.Context, attempts int, op func(ctx context.Context) error) error {
-	for i := 0; ; i++ {
+	return wait.Retry(ctx, attempts, wait.Backoff{Min: s.cfg.backoffMin, Max: s.cfg.backoffMax, Jitter: true}, final, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-		err := op(actx)
-		cancel()
-		if err == nil || bucket.Permanent(err) || errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition) || errors.Is(err, bucket.ErrTooLarge) {
-			return err
-		}
-		if ctx.Err() != nil || (attempts > 0 && i+1 >= attempts) {
-			return err
-		}
-		if serr := sleep(ctx, s.backoff(i)); serr != nil {
-			return err
-		}
-	}
+		defer cancel()
+		return op(actx)
+	})
 }
 
 // get reads key; found is false when it does not exist. An object over
@@ -219,24 +201,26 @@ func (s *store) head(ctx context.Context, key string) (bool, error) {
 // list returns every key under prefix (following pages), retrying
 // transient errors.
 func (s *store) list(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
-	var all bucket.ListPage
-	for {
-		var page bucket.ListPage
-		err := s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
-			var err error
-			page, err = s.b.List(ctx, in)
-			return err
-		})
-		if err != nil {
-			return all, bucket.Wrap(err, "list %s", in.Prefix)
-		}
-		all.Objects = append(all.Objects, page.Objects...)
-		all.Prefixes = append(all.Prefixes, page.Prefixes...)
-		if page.NextToken == "" {
-			return all, nil
-		}
-		in.Token = page.NextToken
+	all, err := bucket.ListAll(ctx, retryingList{s.b, s}, in)
+	if err != nil {
+		return all, bucket.Wrap(err, "list %s", in.Prefix)
 	}
+	return all, nil
+}
+
+// retryingList is the store's bucket whose List retries each page's
+// transient errors, for bucket.ListAll to follow the pages.
+type retryingList struct {
+	bucket.Bucket
+	s *store
+}
+
+func (r retryingList) List(ctx context.Context, in bucket.ListInput) (page bucket.ListPage, err error) {
+	err = r.s.retry(ctx, r.s.cfg.readAttempts, func(ctx context.Context) error {
+		page, err = r.s.b.List(ctx, in)
+		return err
+	})
+	return page, err
 }
 
 // create writes body at key create-only (If-None-Match: *) and learns the
@@ -280,7 +264,7 @@ func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs 
 	var last error
 	for i := 0; ; i++ {
 		if i > 0 {
-			if serr := sleep(ctx, s.backoff(i-1)); serr != nil {
+			if serr := wait.Sleep(ctx, s.backoff(i-1)); serr != nil {
 				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
 			}
 		}

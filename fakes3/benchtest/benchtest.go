@@ -8,7 +8,6 @@ package benchtest
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/fakes3"
 )
 
 // RTTs are the round-trip times every latency benchmark runs with: none
@@ -101,24 +101,13 @@ type Counted struct {
 // LargestBody is the size of the largest body a Get has returned.
 func (c *Counted) LargestBody() int64 { return c.largest.Load() }
 
-// Counts is a snapshot of a Counted's counters.
-type Counts struct{ Get, Head, Put, Delete, List int64 }
-
-// Total is the sum over all kinds.
-func (c Counts) Total() int64 { return c.Get + c.Head + c.Put + c.Delete + c.List }
-
-// Sub returns c − o.
-func (c Counts) Sub(o Counts) Counts {
-	return Counts{c.Get - o.Get, c.Head - o.Head, c.Put - o.Put, c.Delete - o.Delete, c.List - o.List}
-}
-
-func (c Counts) String() string {
-	return fmt.Sprintf("GET %d HEAD %d PUT %d DELETE %d LIST %d", c.Get, c.Head, c.Put, c.Delete, c.List)
-}
+// Counts is a snapshot of a Counted's counters: the same kinds fakes3.Mem
+// counts.
+type Counts = fakes3.Counts
 
 // Counts returns the counters now.
 func (c *Counted) Counts() Counts {
-	return Counts{c.get.Load(), c.head.Load(), c.put.Load(), c.del.Load(), c.list.Load()}
+	return Counts{Get: c.get.Load(), Head: c.head.Load(), Put: c.put.Load(), Delete: c.del.Load(), List: c.list.Load()}
 }
 
 func (c *Counted) count(n *atomic.Int64, key string) {

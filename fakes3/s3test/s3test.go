@@ -17,8 +17,6 @@ package s3test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -28,7 +26,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,6 +36,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/nonce"
 )
 
 // EnvVersitygw names the environment variable holding the path of the
@@ -210,7 +208,7 @@ func Versitygw(t testing.TB) (Target, bool) {
 		t.Fatalf("s3test: versitygw (started by this test binary) has exited: %v", p.err)
 	default:
 	}
-	name := fmt.Sprintf("deed-%d-%d-%s", os.Getpid(), vgw.seq.Add(1), randHex(3))
+	name := fmt.Sprintf("deed-%d-%d-%s", os.Getpid(), vgw.seq.Add(1), nonce.Hex(3))
 	if err := createBucket(t.Context(), vgw.endpoint, name); err != nil {
 		t.Fatalf("s3test: versitygw: %v", err)
 	}
@@ -260,7 +258,7 @@ func startVersitygw(bin string) error {
 		endpoint := "http://" + addr
 		err = waitReady(endpoint, p, 20*time.Second)
 		if err == nil {
-			err = verifyServer(endpoint, dir, "deed-probe-"+randHex(6), p)
+			err = verifyServer(endpoint, dir, "deed-probe-"+nonce.Hex(6), p)
 		}
 		if err != nil {
 			_ = p.cmd.Process.Kill()
@@ -374,10 +372,4 @@ func createBucket(ctx context.Context, endpoint, name string) error {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
 	return nil
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return strings.ToLower(hex.EncodeToString(b))
 }

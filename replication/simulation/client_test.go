@@ -9,6 +9,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/wait"
 )
 
 // client is the bucket one node incarnation sees: its own named view of
@@ -39,7 +40,7 @@ type client struct {
 var errStraggler = errors.New("request still in flight (injected straggler)")
 
 func (c *client) gate(ctx context.Context) error {
-	return wait(ctx, time.Until(c.n.pausedUntil()))
+	return wait.Sleep(ctx, time.Until(c.n.pausedUntil()))
 }
 
 // reply delays the reply to a request already served, while the node's
@@ -47,22 +48,7 @@ func (c *client) gate(ctx context.Context) error {
 // caller that gives up meanwhile gets its context's error (for a
 // conditional write: ambiguous, though it applied).
 func (c *client) reply(ctx context.Context, op fakes3.Op) error {
-	return wait(ctx, c.n.slowReply(op))
-}
-
-// wait sleeps d (nothing when d <= 0) unless ctx ends first.
-func wait(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return wait.Sleep(ctx, c.n.slowReply(op))
 }
 
 func (c *client) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {

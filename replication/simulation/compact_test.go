@@ -15,6 +15,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/wait"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -265,7 +266,7 @@ func (o *gcClient) delay(ctx context.Context, op fakes3.Op, key string) error {
 	if op == fakes3.OpDelete && !o.stalled.Swap(true) {
 		d += o.stall
 	}
-	if err := wait(ctx, d); err != nil {
+	if err := wait.Sleep(ctx, d); err != nil {
 		return bucket.Classify(strings.ToLower(string(op)), key, bucket.None, 0, "", err)
 	}
 	return nil

@@ -165,8 +165,8 @@ func TestSimulation(t *testing.T) {
 // Seeds that found bugs in the protocol, kept as regression tests. A seed
 // replays its schedule (a pure function of the seed and of plan in this
 // version of the simulation), so each one keeps exercising the situation
-// that broke; owner/simfound_test.go and, for the data path,
-// replication/resurrect_test.go pin each bug deterministically.
+// that broke; owner's takeover, renewal and fence tests and, for the data
+// path, replication/resurrect_test.go pin each bug deterministically.
 var regressions = []struct {
 	seed uint64
 	bug  string

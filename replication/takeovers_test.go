@@ -134,7 +134,7 @@ func simulate(t *testing.T, seed uint64, owners, records int) (violation error) 
 	return violation
 }
 
-func TestSimulation(t *testing.T) {
+func TestRacingTakeoversKeepAcknowledgedRecords(t *testing.T) {
 	runs := 300
 	if testing.Short() {
 		runs = 50
@@ -143,29 +143,5 @@ func TestSimulation(t *testing.T) {
 		if err := simulate(t, seed, 4, 3); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-	}
-}
-
-// The simulation must catch fencing without tombstones, a broken rule the
-// model rejects. (Following the epoch named in a seal, the model's other
-// broken rule, needs three owners racing in one order that these random
-// schedules almost never produce since tombstones go only to announced
-// epochs; TestPointerRuleLosesRecords stages it step by step.)
-func TestSimulationCatchesBrokenRules(t *testing.T) {
-	for _, v := range []struct {
-		name    string
-		variant int
-	}{{"no-tombstones", replication.VariantNoTombstones}} {
-		t.Run(v.name, func(t *testing.T) {
-			restore := replication.SetVariant(v.variant)
-			defer restore()
-			for seed := uint64(0); seed < 2000; seed++ {
-				if err := simulate(t, seed, 4, 3); err != nil {
-					t.Logf("seed %d: %v", seed, err)
-					return
-				}
-			}
-			t.Fatal("the simulation did not catch the broken rule")
-		})
 	}
 }

@@ -1,0 +1,246 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
+// maxFenceAttempts bounds restarts of the fencing walk after a GC race.
+const maxFenceAttempts = 5
+
+// fence announces E, checks that E is still the cell's newest epoch, seals
+// the predecessors and returns where E's chain starts.
+func (l *Log) fence(ctx context.Context) (Head, error) {
+	if brokenRecheckFirst {
+		if err := l.recheck(ctx); err != nil {
+			return Head{}, err
+		}
+	}
+	if err := l.announce(ctx); err != nil {
+		return Head{}, err
+	}
+	if !brokenNoRecheck && !brokenRecheckFirst {
+		if err := l.recheck(ctx); err != nil {
+			return Head{}, err
+		}
+	}
+	var err error
+	for attempt := 0; attempt < maxFenceAttempts; attempt++ {
+		// A new LIST on every attempt: each is sent after the claim and
+		// the re-check, and none is reused from an earlier walk.
+		var ls listing
+		if ls, err = l.s.listLog(ctx); err != nil {
+			return Head{}, err
+		}
+		if brokenListBeforeClaim {
+			ls.announced = staleAnnounced(l.s.cell, l.epoch, ls.announced)
+		}
+		var a anchor
+		if a, err = l.s.findAnchor(ctx, ls, l.epoch); err != nil {
+			return Head{}, err
+		}
+		var h Head
+		h, err = l.fenceFrom(ctx, a, ls.announced)
+		if !errors.Is(err, errGCRace) {
+			return h, err
+		}
+		l.s.cfg.logger.Info("fencing walk raced with GC; starting again", "cell", l.s.cell, "epoch", l.epoch)
+	}
+	return Head{}, bucket.Errorf(bucket.CodeUnavailable, "fence predecessors: %w", err)
+}
+
+// announceBody is the content of E's announcement marker. It is the same
+// for every attempt of one lease, so that an Open retried on the same lease
+// finds its own marker; nothing reads it but diagnosis.
+func announceBody(epoch uint64, token string) []byte {
+	return fmt.Appendf(nil, "deed announce epoch=%d token=%s\n", epoch, token)
+}
+
+// announce creates E's announcement marker, create-only. Its outcome is
+// learned for certain before Open goes on (an ambiguous PUT is read back
+// until it is known): a re-check made while the marker is in doubt would
+// prove nothing, since a marker that lands only after a successor's LIST
+// is one that successor does not fence.
+func (l *Log) announce(ctx context.Context) error {
+	key := AnnounceKey(l.s.cell, l.epoch)
+	theirs, _, err := l.s.createRaw(ctx, key, announceBody(l.epoch, l.lease.Token()))
+	if err != nil {
+		return fmt.Errorf("announce: %w", err)
+	}
+	if theirs != nil {
+		return bucket.Errorf(bucket.CodeNotHolder, "announce: %s was written by another writer of epoch %d", key, l.epoch)
+	}
+	return nil
+}
+
+// recheck reads the ownership record after the announcement: an epoch
+// above E there means a newer claim came first, and E must write nothing
+// (the newer owner's LIST may have missed E's marker). The lease ends as
+// superseded.
+func (l *Log) recheck(ctx context.Context) error {
+	var rec owner.Record
+	var exists bool
+	err := l.s.retry(ctx, l.s.cfg.readAttempts, func(ctx context.Context) error {
+		var err error
+		rec, exists, err = owner.Inspect(ctx, l.s.b, l.s.cell)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("re-read the ownership record: %w", err)
+	case !exists:
+		return bucket.Errorf(bucket.CodeCorruptOwner, "re-read the ownership record: %s is missing", owner.CellKey(l.s.cell))
+	case rec.Epoch > l.epoch:
+		l.lease.Supersede(fmt.Errorf("epoch %d claimed before epoch %d's log opened", rec.Epoch, l.epoch))
+		l.s.cfg.logger.Warn("log fenced before it opened", "cell", l.s.cell, "epoch", l.epoch, "by", rec.Epoch)
+		return l.lease.Err()
+	}
+	return nil
+}
+
+// fenceFrom is the sealing walk from anchor a, with ann the announced
+// epochs of E's LIST. It is the restore rule with one addition: where a
+// reader would end the chain below E, the writer fences it. A missing slot
+// right after records is the end of that epoch's chain: it gets a seal. At
+// a seal or tombstone in epoch X at slot T, each announced epoch of ann
+// between X and E gets a tombstone at T, in order, until one turns out to
+// hold a record there (the chain goes on in it). Epochs that are not in
+// ann get nothing: they never announced before the LIST, so they never
+// write.
+func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, error) {
+	s, E := l.s, l.epoch
+	c := a.at
+	checked := false // stillValid was asked since the walk met its first gap
+	gap := func(end TxID) error {
+		if checked {
+			return nil
+		}
+		checked = true
+		// Make sure the gap is not a file GC deleted under this walk.
+		return s.stillValid(ctx, a, end)
+	}
+	for {
+		if c.epoch >= E {
+			key := SlotKey(s.cell, c.epoch, c.txid)
+			f, _, err := s.read(ctx, key)
+			if err != nil {
+				return Head{}, err
+			}
+			if c.epoch > E { // only a broken rule (a test variant) gets here
+				return Head{}, bucket.Errorf(bucket.CodeSuperseded, "fence predecessors: the walk passed epoch %d", E)
+			}
+			return l.ownSlot(ctx, key, c, f)
+		}
+		if c.epoch != 0 {
+			key := SlotKey(s.cell, c.epoch, c.txid)
+			f, _, err := s.read(ctx, key)
+			if err != nil {
+				return Head{}, err
+			}
+			if f == nil {
+				// The end of the chain, below E: fill it.
+				if err := gap(c.txid); err != nil {
+					return Head{}, err
+				}
+				kind := KindTombstone
+				if c.data {
+					kind = KindSeal
+				}
+				if f, err = l.fill(ctx, c, kind); err != nil {
+					return Head{}, err
+				}
+			}
+			if err := checkPos(key, f, c); err != nil {
+				return Head{}, err
+			}
+			if f.Kind == KindRecords {
+				c, _, _ = step(c, f)
+				checked = false // a gap further on is a new question
+				continue
+			}
+		}
+		// A seal or tombstone at (X, T): tombstone T of the announced
+		// epochs between X and E, up to the first that holds a record.
+		next := cursor{epoch: E, txid: c.txid, pos: c.pos}
+		for _, y := range (&announced{epochs: ann}).above(c.epoch) {
+			if y >= E || brokenNoSeal || brokenNoTombstones {
+				break
+			}
+			if err := gap(c.txid); err != nil {
+				return Head{}, err
+			}
+			at := cursor{epoch: y, txid: c.txid, pos: c.pos}
+			f, err := l.fill(ctx, at, KindTombstone)
+			if err != nil {
+				return Head{}, err
+			}
+			key := SlotKey(s.cell, y, c.txid)
+			if err := checkPos(key, f, at); err != nil {
+				return Head{}, err
+			}
+			if f.Kind == KindRecords {
+				next, _, _ = step(at, f)
+				checked = false
+				break
+			}
+		}
+		c = next
+	}
+}
+
+// fill creates a seal or tombstone (kind) at slot c for E, create-only, and
+// returns the file that holds the slot afterwards: the marker it wrote, or
+// what someone else wrote there first.
+func (l *Log) fill(ctx context.Context, c cursor, kind Kind) (*File, error) {
+	s, E := l.s, l.epoch
+	key := SlotKey(s.cell, c.epoch, c.txid)
+	if brokenNoSeal {
+		return &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Pos: c.pos, By: E}, nil
+	}
+	f := &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Token: l.lease.Token(), Pos: c.pos, By: E}
+	body, err := Encode(f)
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := s.create(ctx, key, body)
+	if err != nil {
+		return nil, err
+	}
+	if theirs != nil {
+		return theirs, nil // 412: decide on what is there
+	}
+	s.cfg.logger.Info("fenced predecessor", "cell", s.cell, "epoch", E, "slot_epoch", c.epoch, "txid", uint64(c.txid), "kind", kind.String())
+	return f, nil
+}
+
+// ownSlot decides what the walk found at E's own first slot: free (the
+// chain starts here), fenced by a newer epoch, sealed by our own Close, or
+// records of this lease from a log that ended without sealing (continue
+// after them).
+func (l *Log) ownSlot(ctx context.Context, key string, c cursor, f *File) (Head, error) {
+	for {
+		switch {
+		case f == nil:
+			return Head{Next: c.txid, NextPos: c.pos}, nil
+		case f.Token != l.lease.Token() && f.Kind == KindRecords:
+			return Head{}, bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer of epoch %d", key, l.epoch)
+		case f.Kind.fences() && f.Token == l.lease.Token() && f.By == l.epoch:
+			return Head{}, bucket.Errorf(bucket.CodeBadRequest, "open log: epoch %d's log was closed (sealed at %s); release the lease and claim again", l.epoch, key)
+		case f.Kind.fences():
+			return Head{}, l.fenced(key, f)
+		}
+		if err := checkPos(key, f, c); err != nil {
+			return Head{}, err
+		}
+		c, _, _ = step(c, f)
+		key = SlotKey(l.s.cell, l.epoch, c.txid)
+		var err error
+		if f, _, err = l.s.read(ctx, key); err != nil {
+			return Head{}, err
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// state is where a log is in its life. Open returns a log in stateOpen;
+// every later change goes through moveLocked, which holds the only list of
+// the transitions a log can make:
+//
+//	open        → closing (Close), abandoned (Abandon)
+//	closing     → closed (the attempt sealed the chain end, or found it
+//	              fenced), closeFailed (it failed), abandoning (Abandon)
+//	closeFailed → closing (Close again), abandoned (Abandon)
+//	abandoning  → abandoned (the attempt under way ends)
+//
+// Appends are accepted only while open. closed and abandoned are final: a
+// later Close returns the outcome that ended the log.
+type state int
+
+const (
+	stateOpen        state = iota
+	stateClosing           // a Close attempt is under way; other Close calls wait for it
+	stateCloseFailed       // the last Close attempt failed (an outage, a deadline): Close tries again
+	stateClosed            // a Close attempt sealed the chain end (or found it fenced)
+	stateAbandoning        // Abandon came while a Close attempt ran: that attempt ends it
+	stateAbandoned         // Abandon ended the log; nothing is sealed
+)
+
+var stateNames = [...]string{"open", "closing", "close-failed", "closed", "abandoning", "abandoned"}
+
+func (s state) String() string { return stateNames[s] }
+
+// transitions lists, for each state, the states it may move to.
+var transitions = map[state][]state{
+	stateOpen:        {stateClosing, stateAbandoned},
+	stateClosing:     {stateClosed, stateCloseFailed, stateAbandoning},
+	stateCloseFailed: {stateClosing, stateAbandoned},
+	stateAbandoning:  {stateAbandoned},
+}
+
+// moveLocked moves the log to state to; l.mu must be held. A transition
+// the diagram above does not have is a bug in this package, and panics.
+func (l *Log) moveLocked(to state) {
+	for _, ok := range transitions[l.state] {
+		if ok == to {
+			l.state = to
+			return
+		}
+	}
+	panic(fmt.Sprintf("replication: log %s epoch %d: no transition from %s to %s", l.s.cell, l.epoch, l.state, to))
+}
+
+// final reports whether the log has ended for good (closed or abandoned).
+func (s state) final() bool { return s == stateClosed || s == stateAbandoned }
+
+// attempting reports whether a Close attempt is under way.
+func (s state) attempting() bool { return s == stateClosing || s == stateAbandoning }
+
+// closer is the bookkeeping of Close attempts, under Log.mu.
+type closer struct {
+	done chan struct{}      // made by each Close attempt; closed when it ends
+	err  error              // the last Close attempt's outcome
+	stop context.CancelFunc // cuts the attempt under way short (Abandon)
+}
+
+// Close waits for queued appends, then seals the log's own chain end (a
+// seal at its next slot, in its own epoch), so that the release that
+// follows lets the next claimer start without walking. It does not release
+// the lease: the caller does, after Close. If ctx ends first, pending
+// appends fail (DEED-E012 for one in flight) and the chain is left for the
+// next claimer to seal; Close may be called again.
+func (l *Log) Close(ctx context.Context) error {
+	l.mu.Lock()
+	for l.state.attempting() {
+		done := l.c.done
+		l.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("close log %s: %w", l.s.cell, ctx.Err())
+		}
+		l.mu.Lock()
+	}
+	if l.state.final() {
+		err := l.c.err
+		l.mu.Unlock()
+		return err
+	}
+	// The first attempt, or a retry after one that failed (a store outage,
+	// a deadline): appends stay refused either way.
+	l.moveLocked(stateClosing)
+	l.c.done = make(chan struct{})
+	l.kickLocked()
+	l.mu.Unlock()
+	err := l.close(ctx)
+	l.mu.Lock()
+	l.c.err, l.c.stop = err, nil
+	switch {
+	case l.state == stateAbandoning:
+		l.moveLocked(stateAbandoned)
+	case err == nil:
+		l.moveLocked(stateClosed)
+	default:
+		l.moveLocked(stateCloseFailed)
+	}
+	final, done := l.state.final(), l.c.done
+	l.mu.Unlock()
+	close(done)
+	if final {
+		forget(l)
+	}
+	return err
+}
+
+// Abandon ends the log at once, without sealing it and without sending a
+// request: appends still queued fail with the lease's error, and one whose
+// PUT is in flight is cut off and reports an unknown outcome (DEED-E012;
+// the record may still become durable, as after any lost response).
+//
+// It is for an owner that has lost its lease, typically a node that fenced
+// because it cannot reach the store: sealing the chain end is then only a
+// courtesy to the next owner, which seals it itself, and trying would cost
+// up to a timeout per log. A Close already under way is cut short the same
+// way and returns the abandonment error.
+func (l *Log) Abandon() {
+	l.mu.Lock()
+	if l.err == nil {
+		err := l.lease.Check()
+		if err == nil {
+			err = bucket.Errorf(bucket.CodeBadRequest, "log %s epoch %d: %w", l.s.cell, l.epoch, errAbandoned)
+		}
+		l.err = err
+	}
+	var stopClose context.CancelFunc
+	settle := false
+	switch l.state {
+	case stateClosing: // the attempt under way ends the log
+		l.moveLocked(stateAbandoning)
+		stopClose = l.c.stop
+	case stateOpen, stateCloseFailed:
+		l.moveLocked(stateAbandoned)
+		l.c.err = l.err
+		settle = true
+	}
+	cancel, stopped := l.w.cancel, l.w.stopped
+	l.mu.Unlock()
+	if stopClose != nil {
+		stopClose()
+	}
+	if cancel != nil {
+		cancel()
+		<-stopped
+	}
+	if settle {
+		forget(l)
+	}
+}
+
+// close is one Close attempt: drain the writer, then seal the chain end.
+func (l *Log) close(ctx context.Context) error {
+	ctx, stopClose := context.WithCancel(ctx)
+	defer stopClose()
+	// Closing stops new appends, so once the writer (if one runs) has
+	// drained the queue and exited, none starts again.
+	l.mu.Lock()
+	l.c.stop = stopClose
+	stopped, cancel, abandoned, aerr := l.w.stopped, l.w.cancel, l.state == stateAbandoning, l.err
+	l.mu.Unlock()
+	if abandoned { // Abandon came between Close marking the log closing and here
+		return aerr
+	}
+	if stopped != nil {
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			cancel()
+			<-stopped
+			return bucket.Wrap(bucket.Errorf(bucket.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
+		}
+	}
+	l.mu.Lock()
+	werr, next, pos, abandoned := l.err, l.next, l.nextPos, l.state == stateAbandoning
+	l.mu.Unlock()
+	if abandoned {
+		return werr
+	}
+	if werr != nil && bucket.CodeOf(werr) == bucket.CodeSuperseded {
+		return nil // a newer epoch sealed us: the chain end is fenced already
+	}
+	// After a write whose outcome was never learned (the writer was cut off
+	// with its PUT in flight), the slot at next may hold that write: the
+	// seal then goes right after it. If it lands only after the seal, it is
+	// refused there, and it was reported as unknown, never acknowledged.
+	unknown := werr != nil && bucket.CodeOf(werr) == bucket.CodeAmbiguous
+	for {
+		key := SlotKey(l.s.cell, l.epoch, next)
+		body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch})
+		if err != nil {
+			return err
+		}
+		theirs, err := l.s.create(ctx, key, body)
+		if err != nil {
+			return bucket.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+		}
+		if theirs == nil {
+			l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
+			return nil
+		}
+		if unknown && theirs.Kind == KindRecords && theirs.Epoch == l.epoch && theirs.Token == l.lease.Token() {
+			unknown = false // one write at most was in flight
+			next, pos = next+1, theirs.NextPos()
+			continue
+		}
+		if ferr := l.fenced(key, theirs); bucket.CodeOf(ferr) != bucket.CodeSuperseded {
+			return bucket.Wrap(ferr, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,109 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/deedkit/deed/bucket"
+)
+
+// Read returns up to limit records after position after (limit ≤ 0: to the
+// end). With barrier it is linearizable: first it checks, with one HEAD of
+// the log's next slot, that no newer epoch has fenced this one — a
+// successor writes nothing before it seals that slot — so the read reflects
+// every write acknowledged anywhere before it began. If the slot is fenced,
+// the lease ends and Read returns DEED-E021. A barrier read borrows the
+// log's lease as Append does: an ended lease is refused with its code
+// before anything is sent.
+func (l *Log) Read(ctx context.Context, after Pos, limit int, barrier bool) ([]Record, error) {
+	if barrier {
+		if err := l.borrow(l.lease); err != nil {
+			return nil, err
+		}
+		if err := l.barrier(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	for attempt := 0; attempt < maxReadAttempts; attempt++ {
+		var a anchor
+		var ann *announced // from an index anchor: listed at the first seal
+		var ok bool
+		if a, ok, err = l.indexAnchor(ctx, after); err == nil {
+			if !ok {
+				a, ann, err = l.s.locate(ctx, after)
+			}
+			if err == nil {
+				var recs []Record
+				if recs, _, err = l.s.readFrom(ctx, a, ann, after, limit); err == nil {
+					return recs, nil
+				}
+			}
+		}
+		if !errors.Is(err, errGCRace) {
+			break
+		}
+	}
+	return nil, bucket.Wrap(err, "read %s after %d", l.s.cell, after)
+}
+
+// barrier checks that the log's next slot is still free. A file there is
+// either ours (a PUT that landed since the head was read: look at the slot
+// after it) or a newer epoch's seal.
+func (l *Log) barrier(ctx context.Context) error {
+	l.mu.Lock()
+	t := l.next
+	l.mu.Unlock()
+	for {
+		key := SlotKey(l.s.cell, l.epoch, t)
+		ok, err := l.s.head(ctx, key)
+		if err != nil {
+			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+		}
+		if !ok {
+			return nil
+		}
+		f, _, err := l.s.read(ctx, key)
+		if err != nil {
+			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+		}
+		switch {
+		case f == nil:
+			return nil
+		case f.Kind == KindRecords && f.Token == l.lease.Token():
+			t++
+			continue
+		case f.Kind.fences() && f.Token == l.lease.Token():
+			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+		}
+		return bucket.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
+	}
+}
+
+// indexAnchor starts a read from a file this log wrote, when the position
+// is in its range, sparing the listing. Every slot below the log's head is
+// durable, so a walk from it that ends below the head met a file GC
+// deleted (anchor.covered): its starting file can be back although the
+// files above it are gone, written again by a PUT of this log that was
+// still travelling when GC deleted it.
+func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) {
+	want := after + 1
+	l.mu.Lock()
+	i := sort.Search(len(l.index), func(i int) bool { return l.index[i].pos > want }) - 1
+	var e indexEntry
+	if i >= 0 {
+		e = l.index[i]
+	}
+	head := l.next
+	l.mu.Unlock()
+	if i < 0 {
+		return anchor{}, false, nil
+	}
+	key := SlotKey(l.s.cell, l.epoch, e.txid)
+	f, _, err := l.s.read(ctx, key)
+	if err != nil || f == nil || f.Kind != KindRecords {
+		return anchor{}, false, err
+	}
+	return anchor{at: cursor{epoch: l.epoch, txid: e.txid + 1, pos: f.NextPos(), data: true}, key: key, file: f, covered: head - 1}, true, nil
+}

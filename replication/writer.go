@@ -1,0 +1,307 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/owner"
+)
+
+// writer is the log's writer goroutine and the appends queued for it,
+// under Log.mu. The goroutine runs only while there is something to
+// commit: Append starts it when it is not running, and it exits once the
+// queue has stayed empty for writerLinger, so an idle log holds no
+// goroutine. ctx, cancel, stopped and kick are set when it starts and
+// cleared when it stops.
+type writer struct {
+	queue   []*pending         // never empty while no writer runs
+	running bool               // a writer goroutine is running
+	ctx     context.Context    // the running writer's; cancelled by Close on timeout, and by Abandon
+	cancel  context.CancelFunc // cancels ctx
+	stopped chan struct{}      // closed when the running writer exits
+	kick    chan struct{}      // wakes a lingering writer: an append, or Close
+}
+
+// Append adds record to the log and returns once it is durable in the
+// bucket, that is once the transaction file carrying it — and every slot
+// before it — was written. Records that arrive while a PUT is in flight go
+// together in the next file.
+//
+// If the log's slot turns out to hold a seal or tombstone, a newer epoch
+// has fenced this one: the lease ends as superseded and this append, and
+// every one queued behind it, fails with DEED-E021. If ctx ends while the
+// record is queued it is not written and the error wraps ctx's; if it ends
+// while the record's PUT is in flight, the outcome is unknown (DEED-E012):
+// the record may still become durable.
+func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Result, error) {
+	if err := l.borrow(lease); err != nil {
+		return Result{}, err
+	}
+	p := &pending{data: record, done: make(chan outcome, 1)}
+	l.mu.Lock()
+	switch {
+	case l.err != nil:
+		err := l.notSent(l.err)
+		l.mu.Unlock()
+		return Result{}, err
+	case l.state != stateOpen:
+		l.mu.Unlock()
+		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+	}
+	l.w.queue = append(l.w.queue, p)
+	if l.w.running {
+		l.kickLocked()
+	} else {
+		l.startLocked()
+	}
+	l.mu.Unlock()
+	select {
+	case o := <-p.done:
+		return o.res, o.err
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	if !p.taken {
+		for i, q := range l.w.queue {
+			if q == p {
+				l.w.queue = append(l.w.queue[:i], l.w.queue[i+1:]...)
+				break
+			}
+		}
+		l.mu.Unlock()
+		return Result{}, fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())
+	}
+	l.mu.Unlock()
+	select {
+	case o := <-p.done: // decided meanwhile
+		return o.res, o.err
+	default:
+	}
+	return Result{}, bucket.Errorf(bucket.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
+}
+
+// startLocked starts the writer goroutine; l.mu must be held. Its context
+// carries none of Open's or Append's values: it outlives both.
+func (l *Log) startLocked() {
+	l.w.running = true
+	l.w.ctx, l.w.cancel = context.WithCancel(context.Background())
+	l.w.stopped = make(chan struct{})
+	l.w.kick = make(chan struct{}, 1)
+	go l.run()
+}
+
+// kickLocked wakes the writer if it lingers; l.mu must be held.
+func (l *Log) kickLocked() {
+	if l.w.kick != nil {
+		select {
+		case l.w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// stopLocked marks the writer stopped as it exits; l.mu must be held.
+func (l *Log) stopLocked() {
+	l.w.cancel()
+	close(l.w.stopped)
+	l.w.running, l.w.ctx, l.w.cancel, l.w.stopped, l.w.kick = false, nil, nil, nil, nil
+	l.w.queue = nil // drop the backing array: an idle log keeps nothing
+}
+
+// writerLinger is how long a writer with nothing to commit waits for the
+// next append before it exits. A new writer costs a goroutine start and a
+// stack to grow; a client that appends one record at a time comes back
+// well within this, so it keeps one warm writer, while a cell that goes
+// idle frees its goroutine almost at once.
+const writerLinger = 2 * time.Millisecond
+
+// run is the writer: at most one goroutine per log at a time, one PUT in
+// flight, slots in strict order. It exits once the queue has stayed empty
+// for writerLinger, when the log is closing, or when the log failed; the
+// next Append starts a new one.
+func (l *Log) run() {
+	growStack()
+	lingered := false
+	for {
+		l.mu.Lock()
+		if l.err != nil {
+			q := l.w.queue
+			err := l.notSent(l.err)
+			l.stopLocked()
+			l.mu.Unlock()
+			fail(q, err)
+			return
+		}
+		if len(l.w.queue) == 0 {
+			if lingered || l.state != stateOpen {
+				l.stopLocked()
+				l.mu.Unlock()
+				return
+			}
+			kick, ctx := l.w.kick, l.w.ctx
+			l.mu.Unlock()
+			t := time.NewTimer(writerLinger)
+			select {
+			case <-kick:
+			case <-t.C:
+				lingered = true
+			case <-ctx.Done():
+				lingered = true
+			}
+			t.Stop()
+			continue
+		}
+		lingered = false
+		batch := l.takeLocked()
+		txid, pos := l.next, l.nextPos
+		l.mu.Unlock()
+		l.commit(batch, txid, pos)
+		l.settle(len(batch))
+	}
+}
+
+// maxSettleYields bounds how often settle yields after one commit.
+const maxSettleYields = 16
+
+// settle gives the appenders a commit has just acknowledged the chance to
+// queue their next records before the writer takes its next batch. Without
+// it the first of them to run is taken alone, and the others wait behind
+// that PUT for a whole round trip: under a closed loop of N appenders the
+// batches alternate between 1 and N−1 records, halving the cell's
+// throughput. It only yields the processor (no timer, no sleep) and only
+// while the queue is shorter than the last batch and still growing, so an
+// append that arrives alone is never delayed by more than a yield.
+func (l *Log) settle(last int) {
+	prev := -1
+	for range maxSettleYields {
+		l.mu.Lock()
+		n := len(l.w.queue)
+		l.mu.Unlock()
+		if n >= last || n == prev {
+			return
+		}
+		prev = n
+		runtime.Gosched()
+	}
+}
+
+// takeLocked removes the next group commit from the queue: at least one
+// record, then as many as fit the bounds.
+func (l *Log) takeLocked() []*pending {
+	n, size := 0, 0
+	for n < len(l.w.queue) && n < l.s.cfg.maxBatchRecords {
+		d := len(l.w.queue[n].data)
+		if n > 0 && size+d > l.s.cfg.maxBatchBytes {
+			break
+		}
+		size += d
+		n++
+	}
+	batch := make([]*pending, n)
+	copy(batch, l.w.queue[:n])
+	rest := copy(l.w.queue, l.w.queue[n:])
+	clear(l.w.queue[rest:]) // no stale pointers to settled appends
+	l.w.queue = l.w.queue[:rest]
+	for _, p := range batch {
+		p.taken = true
+	}
+	return batch
+}
+
+// notSent is the error of an append the log refuses, without sending it,
+// because the log failed with err. An unknown outcome (DEED-E012) belongs
+// to the write that was in flight when the log failed; a record that was
+// never sent is not written, and says so (DEED-E011), so that a caller who
+// retries what was refused cannot mistake it for a record that may exist.
+func (l *Log) notSent(err error) error {
+	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+		return err
+	}
+	return bucket.Errorf(bucket.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
+}
+
+func fail(q []*pending, err error) {
+	for _, p := range q {
+		p.done <- outcome{err: err}
+	}
+}
+
+func (l *Log) setErr(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+}
+
+// commit writes one transaction file at txid and settles its appends.
+func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
+	// A lease that ended (released, node fenced, superseded) starts no new
+	// write. A write already started is always resolved, never abandoned.
+	if err := l.lease.Check(); err != nil {
+		l.setErr(err)
+		fail(batch, err)
+		return
+	}
+	f := &File{Kind: KindRecords, Epoch: l.epoch, TxID: txid, Token: l.lease.Token(), Pos: pos, Records: make([][]byte, len(batch))}
+	for i, p := range batch {
+		f.Records[i] = p.data
+	}
+	key := SlotKey(l.s.cell, l.epoch, txid)
+	body, err := Encode(f)
+	if err != nil {
+		// Nothing was sent; only this batch fails.
+		fail(batch, err)
+		return
+	}
+	if brokenEarlyAck {
+		batch = ackEarly(batch, l.epoch, txid, pos)
+	}
+	theirs, puts, err := l.s.createCounted(l.w.ctx, key, body)
+	if err == nil && theirs != nil {
+		err = l.fenced(key, theirs)
+	}
+	if err != nil {
+		l.setErr(err)
+		fail(batch, err)
+		return
+	}
+	if f := l.s.cfg.onCommit; f != nil {
+		f(len(batch), puts)
+	}
+	l.mu.Lock()
+	l.next, l.nextPos = txid+1, f.NextPos()
+	l.index = append(l.index, indexEntry{txid: txid, pos: pos})
+	if len(l.index) > l.s.cfg.indexLen {
+		l.index = append(l.index[:0], l.index[len(l.index)-l.s.cfg.indexLen/2:]...)
+	}
+	l.mu.Unlock()
+	for i, p := range batch {
+		p.done <- outcome{res: Result{Epoch: l.epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(batch)}}
+	}
+}
+
+// fenced handles someone else's file at our own slot.
+func (l *Log) fenced(key string, theirs *File) error {
+	if theirs.Kind.fences() {
+		l.lease.Supersede(fmt.Errorf("%s at %s by epoch %d", theirs.Kind, key, theirs.By))
+		l.s.cfg.logger.Warn("log fenced", "cell", l.s.cell, "epoch", l.epoch, "key", key, "by", theirs.By)
+		return l.lease.Err()
+	}
+	return bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer (epoch %d)", key, theirs.Epoch)
+}
+
+// pending is one Append waiting for its group commit.
+type pending struct {
+	data  []byte
+	taken bool // picked up by the writer: the outcome is no longer ours to cancel
+	done  chan outcome
+}
+
+type outcome struct {
+	res Result
+	err error
+}
