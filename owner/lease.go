@@ -98,10 +98,12 @@ func (l *Lease) end(err error) {
 		after := l.after
 		l.after = nil
 		l.mu.Unlock()
-		close(l.done)
+		// The node forgets the lease before Done closes, so whoever wakes
+		// on Done never finds it still listed as held.
 		if l.rel != nil {
 			l.rel.forget(l)
 		}
+		close(l.done)
 		for _, f := range after {
 			go f()
 		}
