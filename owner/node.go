@@ -211,8 +211,9 @@ func (n *Node) Open(ctx context.Context) error {
 	n.cancel = cancel
 	n.lastSend = sent
 	n.mu.Unlock()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.loop(lctx, sent)
+	go n.watch(lctx)
 	n.log.Info("node opened", "incarnation", n.incarnation, "ttl", n.cfg.TTL)
 	return nil
 }
@@ -383,6 +384,39 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 			n.log.Warn("node lease renewal failed; retrying", "err", err, "fence_in", time.Until(deadline))
 			next = time.Now().Add(backoff)
 			backoff = min(backoff*2, interval/2)
+		}
+	}
+}
+
+// watch reads suspect peers' leases every watch step (see
+// Observer.suspects) until the node closes or fences: the LIST after each
+// renewal sees a peer's new version up to TTL/3 after it was written, and
+// death counts from that first sight.
+//
+// It also wakes at the moment a read could first prove a suspect dead, so
+// that the proof is complete one round trip after death may be declared.
+func (n *Node) watch(ctx context.Context) {
+	defer n.wg.Done()
+	step := n.obs.watchStep()
+	next := time.Now().Add(step)
+	for {
+		wait := time.Until(next)
+		if d, ok := n.obs.untilProof(n.cfg.Name, time.Now()); ok && d < wait {
+			wait = d
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-n.fenced:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		n.obs.watchSuspects(ctx, n.cfg.Name)
+		for now := time.Now(); !next.After(now); {
+			next = next.Add(step)
 		}
 	}
 }

@@ -23,6 +23,11 @@ type Observer struct {
 	mu        sync.Mutex
 	obs       map[string]Observation
 	refreshed time.Time // local time of the last complete Refresh
+	// stops counts the nodes this observer has seen stop: lease released
+	// or deleted, or proven dead (see stopped). A claimer reads it to
+	// guess that cells it knows nothing about are likely a stopped
+	// node's, which exist (see hintTable.lean).
+	stops uint64
 }
 
 // NewObserver makes an observer with no history: every node it sees for the
@@ -56,7 +61,9 @@ func (o *Observer) Refresh(ctx context.Context) error {
 	o.mu.Lock()
 	for node, ob := range o.obs {
 		if !seen[node] && ob.Exists {
-			o.obs[node] = Observation{Node: node, FirstSeen: now}
+			gone := Observation{Node: node, FirstSeen: now}
+			o.countStop(ob, true, gone)
+			o.obs[node] = gone
 		}
 	}
 	o.refreshed = now
@@ -140,10 +147,17 @@ func (o *Observer) record(ob Observation, answered, sent time.Time) {
 	if had && prev.Exists == ob.Exists && bucket.SameETag(prev.ETag, ob.ETag) {
 		ob.FirstSeen = prev.FirstSeen
 		ob.Confirmed = later(prev.Confirmed, sent)
+		ob.after = prev.after
 	} else {
 		ob.FirstSeen = answered
 		ob.Confirmed = sent
+		if had && prev.Exists {
+			// The store still held the previous version when that read
+			// was served, so this one was written after it was sent.
+			ob.after = prev.Confirmed
+		}
 	}
+	o.countStop(prev, had, ob)
 	o.obs[ob.Node] = ob
 }
 
@@ -156,9 +170,119 @@ func (o *Observer) confirm(node, etag string, sent time.Time) bool {
 	if !had || !ob.Exists || !bucket.SameETag(ob.ETag, etag) {
 		return false
 	}
+	prev := ob
 	ob.Confirmed = later(ob.Confirmed, sent)
+	o.countStop(prev, true, ob)
 	o.obs[node] = ob
 	return true
+}
+
+// stopped reports whether ob shows its node stopped for good: its lease is
+// missing or released, or a read sent more than the wait after the version
+// was first seen still showed it (the proof IncarnationDead accepts).
+func (o *Observer) stopped(ob Observation) bool {
+	return !ob.Exists || ob.Released || provenDead(ob, o.p)
+}
+
+// countStop counts a node that ran in prev (when had) and stopped in next;
+// o.mu must be held.
+func (o *Observer) countStop(prev Observation, had bool, next Observation) {
+	if had && !o.stopped(prev) && o.stopped(next) {
+		o.stops++
+	}
+}
+
+// stopCount is how many peers this observer has seen stop so far.
+func (o *Observer) stopCount() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stops
+}
+
+// watchStep is how often a node's watcher (Node.watch) looks for suspect
+// peers: TTL/20, so that a peer's renewals are first seen, and its death
+// proven, within about TTL/20 plus a round trip.
+func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Millisecond) }
+
+// suspects lists the peers (not self) worth a read now, at most one per
+// step each:
+//
+//   - a peer whose lease version was written (by what this observer knows:
+//     after the last read that still showed the version before) its
+//     renewal interval (its TTL/3) less one step ago is due a new version
+//     (so is one whose version came with no such bound). Reading it every step until the version changes pins the
+//     new version's first sight to within a step and a round trip of its
+//     write: the last version a peer wrote before it died is seen that
+//     promptly too, and death counts from that first sight. (Counting the
+//     interval from the first sight instead would keep a late first sight
+//     late: the next version would be found at once, just as late.) A
+//     healthy peer costs two or three reads per renewal this way.
+//   - a peer seen unchanged for longer than TTL+margin is read until one
+//     read sent after that point proves it dead (IncarnationDead), so a
+//     claim of its cells needs no read of its lease.
+//
+// A peer proven dead, released or gone is left to the LIST of Refresh,
+// which notices a restart.
+func (o *Observer) suspects(self string, now time.Time) []string {
+	step := o.watchStep()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for node, ob := range o.obs {
+		if node == self || o.stopped(ob) {
+			continue
+		}
+		renew := o.p.TTL / 3
+		if ob.TTL > 0 {
+			renew = ob.TTL / 3
+		}
+		written := ob.after // the version was written after this
+		if written.IsZero() {
+			written = ob.FirstSeen.Add(-renew) // unknown: it may be old
+		}
+		if now.Sub(written) >= renew-step {
+			out = append(out, node)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// untilProof is how long until the earliest moment at which a read of a
+// peer's lease could prove it dead (its version first seen TTL+margin
+// ago), among the peers not stopped whose moment is still ahead; ok is
+// false when there is none. The watcher wakes then, so that a claim after
+// that read needs no read of the owner's lease.
+func (o *Observer) untilProof(self string, now time.Time) (d time.Duration, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for node, ob := range o.obs {
+		if node == self || o.stopped(ob) {
+			continue
+		}
+		at := ob.FirstSeen.Add(max(o.p.TTL, ob.TTL) + o.p.Margin + time.Nanosecond)
+		if left := at.Sub(now); left > 0 && (!ok || left < d) {
+			d, ok = left, true
+		}
+	}
+	return d, ok
+}
+
+// watchSuspects reads the lease of every suspect peer once, a few at a
+// time. A read only ever moves a first sight later or confirms a version,
+// so this cannot make a live node look dead.
+func (o *Observer) watchSuspects(ctx context.Context, self string) {
+	nodes := o.suspects(self, time.Now())
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, node := range nodes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_ = o.fetch(ctx, node) // a failed read leaves the observation as it was
+		})
+	}
+	wg.Wait()
 }
 
 func later(a, b time.Time) time.Time {
