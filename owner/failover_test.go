@@ -9,6 +9,7 @@ package owner_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -197,4 +198,53 @@ func TestFailoverTimeline(t *testing.T) {
 	if s.max > ttl+margin+ttl/10 {
 		t.Errorf("max %v > TTL+margin+TTL/10", s.max)
 	}
+}
+
+// A takeover whose death proof is complete costs 2 requests (GET own.json,
+// PUT If-Match), also the first one by a node that had been creating cells
+// (which otherwise sends a create first for a cell it knows nothing about,
+// and pays a refusal): the watcher proves the owner dead, and a node that
+// saw a peer stop reads unknown cells first.
+func TestTakeoverOfProvenDeadOwnerIsTwoRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		m := fakes3.NewMem()
+		m.Inject(fakes3.Rule{Latency: 20 * time.Millisecond})
+		const ttl = 2 * time.Second
+		a, err := owner.NewNode(m.Client("a"), owner.Config{Name: "a", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close(ctx)
+		b, err := owner.NewNode(reqCounter{m.Client("b")}, owner.Config{Name: "b", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close(ctx)
+		claim := func(n *owner.Node, cell string) int64 {
+			var reqs atomic.Int64
+			if _, err := n.Claim(context.WithValue(ctx, claimCtxKey{}, &reqs), cell, owner.ClaimOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return reqs.Load()
+		}
+		for i := range 3 {
+			claim(a, fmt.Sprintf("a%d", i))
+			claim(b, fmt.Sprintf("b%d", i)) // b learns that unknown cells are new
+		}
+		m.Partition("a", true) // kill -9
+		p := b.Params()
+		time.Sleep(p.TTL + p.Margin + p.TTL/3)
+		for i := range 3 {
+			if n := claim(b, fmt.Sprintf("a%d", i)); n != 2 {
+				t.Errorf("takeover %d of a proven-dead owner's cell: %d requests, want 2", i, n)
+			}
+		}
+	})
 }
