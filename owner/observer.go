@@ -207,16 +207,19 @@ func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Milli
 // suspects lists the peers (not self) worth a read now, at most one per
 // step each:
 //
-//   - a peer whose lease version was written (by what this observer knows:
-//     after the last read that still showed the version before) its
-//     renewal interval (its TTL/3) less one step ago is due a new version
-//     (so is one whose version came with no such bound). Reading it every step until the version changes pins the
-//     new version's first sight to within a step and a round trip of its
+//   - a peer whose lease version was written its renewal interval (its
+//     TTL/3) ago is due a new version. When the version was written is
+//     known only within bounds: after the last read that still showed the
+//     version before it, and (an estimate) no more than a step before its
+//     first sight; a version with no earlier read may be of any age.
+//     Reading a due peer every step until the version changes pins the new
+//     version's first sight to within a step and a round trip of its
 //     write: the last version a peer wrote before it died is seen that
-//     promptly too, and death counts from that first sight. (Counting the
-//     interval from the first sight instead would keep a late first sight
-//     late: the next version would be found at once, just as late.) A
-//     healthy peer costs two or three reads per renewal this way.
+//     promptly too, and death counts from that first sight. A first sight
+//     that was late (by a LIST, or a first read that already showed the new
+//     version) makes the next renewal due early, so the lag shrinks by a
+//     step each renewal instead of staying. A healthy peer costs one or two
+//     reads per renewal.
 //   - a peer seen unchanged for longer than TTL+margin is read until one
 //     read sent after that point proves it dead (IncarnationDead), so a
 //     claim of its cells needs no read of its lease.
@@ -236,11 +239,15 @@ func (o *Observer) suspects(self string, now time.Time) []string {
 		if ob.TTL > 0 {
 			renew = ob.TTL / 3
 		}
-		written := ob.after // the version was written after this
-		if written.IsZero() {
-			written = ob.FirstSeen.Add(-renew) // unknown: it may be old
+		// When the version was written, as best known: after the last read
+		// that showed the one before, and (an estimate: a sighting late by
+		// more than a step is corrected over the next renewals, each found
+		// at its first read) not much before its first sight.
+		written := ob.FirstSeen.Add(-renew) // no earlier read: it may be old
+		if !ob.after.IsZero() {
+			written = later(ob.after, ob.FirstSeen.Add(-step))
 		}
-		if now.Sub(written) >= renew-step {
+		if now.Sub(written) >= renew {
 			out = append(out, node)
 		}
 	}
