@@ -388,23 +388,16 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 	}
 }
 
-// watch reads suspect peers' leases every watch step (see
-// Observer.suspects) until the node closes or fences: the LIST after each
-// renewal sees a peer's new version up to TTL/3 after it was written, and
-// death counts from that first sight.
-//
-// It also wakes at the moment a read could first prove a suspect dead, so
-// that the proof is complete one round trip after death may be declared.
+// watch reads peers' leases when they are due a new version or could be
+// proven dead (see Observer.watchPlan) until the node closes or fences:
+// the LIST after each renewal sees a peer's new version up to TTL/3 after
+// it was written, and death counts from that first sight.
 func (n *Node) watch(ctx context.Context) {
 	defer n.wg.Done()
-	step := n.obs.watchStep()
-	next := time.Now().Add(step)
 	for {
-		wait := time.Until(next)
-		if d, ok := n.obs.untilProof(n.cfg.Name, time.Now()); ok && d < wait {
-			wait = d
-		}
-		t := time.NewTimer(wait)
+		read, next := n.obs.watchPlan(n.cfg.Name, time.Now())
+		n.obs.watchRead(ctx, read) // those are next due a step from now at the latest
+		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -413,10 +406,6 @@ func (n *Node) watch(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
-		}
-		n.obs.watchSuspects(ctx, n.cfg.Name)
-		for now := time.Now(); !next.After(now); {
-			next = next.Add(step)
 		}
 	}
 }

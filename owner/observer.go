@@ -204,8 +204,8 @@ func (o *Observer) stopCount() uint64 {
 // proven, within about TTL/20 plus a round trip.
 func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Millisecond) }
 
-// suspects lists the peers (not self) worth a read now, at most one per
-// step each:
+// watchPlan says which peers (not self) to read now and when to look
+// again (at the latest TTL/3 from now, for peers a Refresh may add):
 //
 //   - a peer whose lease version was written its renewal interval (its
 //     TTL/3) ago is due a new version. When the version was written is
@@ -220,17 +220,18 @@ func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Milli
 //     version) makes the next renewal due early, so the lag shrinks by a
 //     step each renewal instead of staying. A healthy peer costs one or two
 //     reads per renewal.
-//   - a peer seen unchanged for longer than TTL+margin is read until one
-//     read sent after that point proves it dead (IncarnationDead), so a
+//   - a peer seen unchanged for TTL+margin is read as soon as a read can
+//     prove it dead (IncarnationDead: one sent after that point), so a
 //     claim of its cells needs no read of its lease.
 //
+// A peer is read at most once a step (counting every read: a LIST too).
 // A peer proven dead, released or gone is left to the LIST of Refresh,
 // which notices a restart.
-func (o *Observer) suspects(self string, now time.Time) []string {
+func (o *Observer) watchPlan(self string, now time.Time) (read []string, next time.Time) {
 	step := o.watchStep()
+	next = now.Add(o.p.TTL / 3)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []string
 	for node, ob := range o.obs {
 		if node == self || o.stopped(ob) {
 			continue
@@ -239,47 +240,35 @@ func (o *Observer) suspects(self string, now time.Time) []string {
 		if ob.TTL > 0 {
 			renew = ob.TTL / 3
 		}
-		// When the version was written, as best known: after the last read
-		// that showed the one before, and (an estimate: a sighting late by
-		// more than a step is corrected over the next renewals, each found
-		// at its first read) not much before its first sight.
 		written := ob.FirstSeen.Add(-renew) // no earlier read: it may be old
 		if !ob.after.IsZero() {
 			written = later(ob.after, ob.FirstSeen.Add(-step))
 		}
-		if now.Sub(written) >= renew {
-			out = append(out, node)
+		// Due a step after the last read at the earliest; a little early
+		// rather than a timer's wake apart.
+		due := later(written.Add(renew+step/2), ob.Confirmed.Add(step))
+		// Not stopped, so not proven: every read so far was sent before
+		// the moment a read can prove it dead, which must not be early.
+		proof := ob.FirstSeen.Add(max(o.p.TTL, ob.TTL) + o.p.Margin + time.Nanosecond)
+		if !due.After(now.Add(step/10)) || !proof.After(now) {
+			read = append(read, node)
+			due = now.Add(step)
+		}
+		if proof.After(now) && proof.Before(due) {
+			due = proof
+		}
+		if due.Before(next) {
+			next = due
 		}
 	}
-	sort.Strings(out)
-	return out
+	sort.Strings(read)
+	return read, next
 }
 
-// untilProof is how long until the earliest moment at which a read of a
-// peer's lease could prove it dead (its version first seen TTL+margin
-// ago), among the peers not stopped whose moment is still ahead; ok is
-// false when there is none. The watcher wakes then, so that a claim after
-// that read needs no read of the owner's lease.
-func (o *Observer) untilProof(self string, now time.Time) (d time.Duration, ok bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for node, ob := range o.obs {
-		if node == self || o.stopped(ob) {
-			continue
-		}
-		at := ob.FirstSeen.Add(max(o.p.TTL, ob.TTL) + o.p.Margin + time.Nanosecond)
-		if left := at.Sub(now); left > 0 && (!ok || left < d) {
-			d, ok = left, true
-		}
-	}
-	return d, ok
-}
-
-// watchSuspects reads the lease of every suspect peer once, a few at a
-// time. A read only ever moves a first sight later or confirms a version,
-// so this cannot make a live node look dead.
-func (o *Observer) watchSuspects(ctx context.Context, self string) {
-	nodes := o.suspects(self, time.Now())
+// watchRead reads the leases of nodes once each, a few at a time. A read
+// only ever moves a first sight later or confirms a version, so this cannot
+// make a live node look dead.
+func (o *Observer) watchRead(ctx context.Context, nodes []string) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for _, node := range nodes {
