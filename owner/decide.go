@@ -155,7 +155,7 @@ type Observation struct {
 	atMS int64 // the lease's at_ms; read only by a deliberately broken rule (broken.go)
 	// after is the send time of the last read that showed the version
 	// before this one (zero when unknown): this version was written after
-	// it. It only schedules reads (Observer.suspects), never judges.
+	// it. It only schedules reads (Observer.watchPlan), never judges.
 	after time.Time
 }
 

@@ -199,9 +199,9 @@ func (o *Observer) stopCount() uint64 {
 	return o.stops
 }
 
-// watchStep is how often a node's watcher (Node.watch) looks for suspect
-// peers: TTL/20, so that a peer's renewals are first seen, and its death
-// proven, within about TTL/20 plus a round trip.
+// watchStep is how often a node's watcher (Node.watch) reads a peer that
+// is due a new version: TTL/20, so that a peer's renewals, its last one
+// included, are first seen within about TTL/20 plus a round trip.
 func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Millisecond) }
 
 // watchPlan says which peers (not self) to read now and when to look
@@ -224,7 +224,8 @@ func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Milli
 //     prove it dead (IncarnationDead: one sent after that point), so a
 //     claim of its cells needs no read of its lease.
 //
-// A peer is read at most once a step (counting every read: a LIST too).
+// A peer is read at most once a step (counting every read: a LIST too),
+// but for the read that proves it dead.
 // A peer proven dead, released or gone is left to the LIST of Refresh,
 // which notices a restart.
 func (o *Observer) watchPlan(self string, now time.Time) (read []string, next time.Time) {
@@ -265,10 +266,15 @@ func (o *Observer) watchPlan(self string, now time.Time) (read []string, next ti
 	return read, next
 }
 
-// watchRead reads the leases of nodes once each, a few at a time. A read
-// only ever moves a first sight later or confirms a version, so this cannot
-// make a live node look dead.
+// watchRead reads the leases of nodes once each, a few at a time, each
+// read bounded by TTL/3. A read only ever moves a first sight later or
+// confirms a version, so this cannot make a live node look dead.
 func (o *Observer) watchRead(ctx context.Context, nodes []string) {
+	if len(nodes) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.p.TTL/3)
+	defer cancel()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for _, node := range nodes {
