@@ -31,6 +31,21 @@ type hintTable struct {
 	// refusal the node reads first instead (2 RTT), and returns to creating
 	// first once as many unknown cells turned out absent.
 	lean int
+	// stops is the observer's count of stopped peers (Observer.stopCount)
+	// as of the last claim.
+	stops uint64
+}
+
+// peersStopped learns the observer's count of stopped peers. When it grew,
+// the cells this node knows nothing about are likely the stopped peers'
+// (their clients come here next), which exist: lean tips to reading
+// first, so that the takeover of such a cell costs a read and a write, not
+// a refused create before them. One absent cell tips it back.
+func (t *hintTable) peersStopped(stops uint64) {
+	if stops != t.stops {
+		t.stops = stops
+		t.lean = max(t.lean, 1)
+	}
 }
 
 func (t *hintTable) get(cell string) Hint { return t.cells[cell] }
@@ -93,7 +108,9 @@ func (t *hintTable) readOwn(cell string, exists bool) {
 // is read back, and it applied iff it carries this attempt's nonce; if it
 // cannot be read, the answer is DEED-E012, never a refusal.
 func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (l *Lease, reason string, err error, done bool) {
+	stops := n.obs.stopCount()
 	n.mu.Lock()
+	n.hints.peersStopped(stops)
 	h := n.hints.get(cell)
 	if _, ok := n.held[cell]; ok {
 		h = Hint{Known: true} // re-entry: the record names this node

@@ -167,6 +167,10 @@ type Observation struct {
 	// valid node lease (too large, not JSON, or with fields no node
 	// writes); such a lease is judged by its ETag alone.
 	Corrupt string
+	// after is the send time of the last read that showed the version
+	// before this one (zero when unknown): this version was written after
+	// it. It only schedules reads (Observer.watchPlan), never judges.
+	after time.Time
 }
 
 // Alive is client-go's rule: a node is dead when its lease is missing,
@@ -200,7 +204,13 @@ func IncarnationDead(o Observation, inc string, p Params) bool {
 	if inc == "" || !o.Exists || (o.Incarnation != inc && !brokenIncarnationBlind) {
 		return false
 	}
-	return o.Released || o.Confirmed.Sub(o.FirstSeen) > max(p.TTL, o.TTL)+p.Margin
+	return o.Released || provenDead(o, p)
+}
+
+// provenDead reports whether a read sent at o.Confirmed still showed a
+// version first seen more than TTL+margin earlier.
+func provenDead(o Observation, p Params) bool {
+	return o.Exists && o.Confirmed.Sub(o.FirstSeen) > max(p.TTL, o.TTL)+p.Margin
 }
 
 // FenceDeadline is when a node that last renewed successfully with a request

@@ -52,9 +52,17 @@
 // TTL+margin of the observer's own time. Since the observer's first sight
 // of an ETag is never before the renewal that wrote it was sent, the node
 // has always fenced itself (at send+TTL−margin) before any observer may call
-// it dead (at first-sight+TTL+margin), whatever the wall clocks say. One
-// LIST of nodes/ per TTL/3 refreshes every observation, so the steady-state
-// cost grows with nodes, not cells.
+// it dead (at first-sight+TTL+margin), whatever the wall clocks say. (The
+// first sight is the arrival of the first answer showing the version, never
+// that request's send time: the renewal may have landed while it was in
+// flight.) One LIST of nodes/ per TTL/3 refreshes every observation, so the
+// steady-state cost grows with nodes, not cells. Death counts from the
+// first sight of the last version, which that LIST would see up to TTL/3
+// late, so an opened node also reads a peer's lease when it is due a new
+// version, every TTL/20 until it changes, and at the moment a read can
+// prove the peer dead (Observer.watchPlan): a peer is then declared dead
+// about TTL+margin+TTL/20 after its last renewal, for one or two reads per
+// renewal.
 //
 // A view up to TTL/3 old may say a node is alive; to say it is dead, a
 // claimer needs a proof about the incarnation that wrote the record (the

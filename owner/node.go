@@ -224,8 +224,9 @@ func (n *Node) Open(ctx context.Context) error {
 	n.cancel = cancel
 	n.lastSend = sent
 	n.mu.Unlock()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.loop(lctx, sent)
+	go n.watch(lctx)
 	if every := n.cfg.watchInterval(); every > 0 {
 		n.wg.Add(1)
 		go n.watchHeld(lctx, every)
@@ -405,6 +406,28 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 			n.log.Warn("node lease renewal failed; retrying", "err", err, "fence_in", time.Until(deadline))
 			next = time.Now().Add(backoff)
 			backoff = min(backoff*2, interval/2)
+		}
+	}
+}
+
+// watch reads peers' leases when they are due a new version or could be
+// proven dead (see Observer.watchPlan) until the node closes or fences:
+// the LIST after each renewal sees a peer's new version up to TTL/3 after
+// it was written, and death counts from that first sight.
+func (n *Node) watch(ctx context.Context) {
+	defer n.wg.Done()
+	for {
+		read, next := n.obs.watchPlan(n.cfg.Name, time.Now())
+		n.obs.watchRead(ctx, read) // those are next due a step from now at the latest
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-n.fenced:
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
 }

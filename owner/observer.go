@@ -23,6 +23,11 @@ type Observer struct {
 	mu        sync.Mutex
 	obs       map[string]Observation
 	refreshed time.Time // local time of the last complete Refresh
+	// stops counts the nodes this observer has seen stop: lease released
+	// or deleted, or proven dead (see stopped). A claimer reads it to
+	// guess that cells it knows nothing about are likely a stopped
+	// node's, which exist (see hintTable.lean).
+	stops uint64
 }
 
 // NewObserver makes an observer with no history: every node it sees for the
@@ -56,7 +61,9 @@ func (o *Observer) Refresh(ctx context.Context) error {
 	o.mu.Lock()
 	for node, ob := range o.obs {
 		if !seen[node] && ob.Exists {
-			o.obs[node] = Observation{Node: node, FirstSeen: now}
+			gone := Observation{Node: node, FirstSeen: now}
+			o.countStop(ob, true, gone)
+			o.obs[node] = gone
 		}
 	}
 	o.refreshed = now
@@ -148,10 +155,17 @@ func (o *Observer) record(ob Observation, answered, sent time.Time) {
 	if had && prev.Exists == ob.Exists && bucket.SameETag(prev.ETag, ob.ETag) {
 		ob.FirstSeen = prev.FirstSeen
 		ob.Confirmed = later(prev.Confirmed, sent)
+		ob.after = prev.after
 	} else {
 		ob.FirstSeen = answered
 		ob.Confirmed = sent
+		if had && prev.Exists {
+			// The store still held the previous version when that read
+			// was served, so this one was written after it was sent.
+			ob.after = prev.Confirmed
+		}
 	}
+	o.countStop(prev, had, ob)
 	o.obs[ob.Node] = ob
 }
 
@@ -164,9 +178,121 @@ func (o *Observer) confirm(node, etag string, sent time.Time) bool {
 	if !had || !ob.Exists || !bucket.SameETag(ob.ETag, etag) {
 		return false
 	}
+	prev := ob
 	ob.Confirmed = later(ob.Confirmed, sent)
+	o.countStop(prev, true, ob)
 	o.obs[node] = ob
 	return true
+}
+
+// stopped reports whether ob shows its node stopped for good: its lease is
+// missing or released, or a read sent more than the wait after the version
+// was first seen still showed it (the proof IncarnationDead accepts).
+func (o *Observer) stopped(ob Observation) bool {
+	return !ob.Exists || ob.Released || provenDead(ob, o.p)
+}
+
+// countStop counts a node that ran in prev (when had) and stopped in next;
+// o.mu must be held.
+func (o *Observer) countStop(prev Observation, had bool, next Observation) {
+	if had && !o.stopped(prev) && o.stopped(next) {
+		o.stops++
+	}
+}
+
+// stopCount is how many peers this observer has seen stop so far.
+func (o *Observer) stopCount() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stops
+}
+
+// watchStep is how often a node's watcher (Node.watch) reads a peer that
+// is due a new version: TTL/20, so that a peer's renewals, its last one
+// included, are first seen within about TTL/20 plus a round trip.
+func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Millisecond) }
+
+// watchPlan says which peers (not self) to read now and when to look
+// again (at the latest TTL/3 from now, for peers a Refresh may add):
+//
+//   - a peer whose lease version was written its renewal interval (its
+//     TTL/3) ago is due a new version. When the version was written is
+//     known only within bounds: after the last read that still showed the
+//     version before it, and (an estimate) no more than a step before its
+//     first sight; a version with no earlier read may be of any age.
+//     Reading a due peer every step until the version changes pins the new
+//     version's first sight to within a step and a round trip of its
+//     write: the last version a peer wrote before it died is seen that
+//     promptly too, and death counts from that first sight. A first sight
+//     that was late (by a LIST, or a first read that already showed the new
+//     version) makes the next renewal due early, so the lag shrinks by a
+//     step each renewal instead of staying. A healthy peer costs one or two
+//     reads per renewal.
+//   - a peer seen unchanged for TTL+margin is read as soon as a read can
+//     prove it dead (IncarnationDead: one sent after that point), so a
+//     claim of its cells needs no read of its lease.
+//
+// A peer is read at most once a step (counting every read: a LIST too),
+// but for the read that proves it dead.
+// A peer proven dead, released or gone is left to the LIST of Refresh,
+// which notices a restart.
+func (o *Observer) watchPlan(self string, now time.Time) (read []string, next time.Time) {
+	step := o.watchStep()
+	next = now.Add(o.p.TTL / 3)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for node, ob := range o.obs {
+		if node == self || o.stopped(ob) {
+			continue
+		}
+		renew := o.p.TTL / 3
+		if ob.TTL > 0 {
+			renew = ob.TTL / 3
+		}
+		written := ob.FirstSeen.Add(-renew) // no earlier read: it may be old
+		if !ob.after.IsZero() {
+			written = later(ob.after, ob.FirstSeen.Add(-step))
+		}
+		// Due a step after the last read at the earliest; a little early
+		// rather than a timer's wake apart.
+		due := later(written.Add(renew+step/2), ob.Confirmed.Add(step))
+		// Not stopped, so not proven: every read so far was sent before
+		// the moment a read can prove it dead, which must not be early.
+		proof := ob.FirstSeen.Add(max(o.p.TTL, ob.TTL) + o.p.Margin + time.Nanosecond)
+		if !due.After(now.Add(step/10)) || !proof.After(now) {
+			read = append(read, node)
+			due = now.Add(step)
+		}
+		if proof.After(now) && proof.Before(due) {
+			due = proof
+		}
+		if due.Before(next) {
+			next = due
+		}
+	}
+	sort.Strings(read)
+	return read, next
+}
+
+// watchRead reads the leases of nodes once each, a few at a time, each
+// read bounded by TTL/3. A read only ever moves a first sight later or
+// confirms a version, so this cannot make a live node look dead.
+func (o *Observer) watchRead(ctx context.Context, nodes []string) {
+	if len(nodes) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.p.TTL/3)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, node := range nodes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_ = o.fetch(ctx, node) // a failed read leaves the observation as it was
+		})
+	}
+	wg.Wait()
 }
 
 func later(a, b time.Time) time.Time {
