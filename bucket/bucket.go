@@ -26,6 +26,12 @@ import (
 	"time"
 )
 
+// DefaultWriteTimeout bounds one conditional write when a store adapter's
+// Options.Timeout is zero. A conditional write is never retried by the
+// adapters, so a hung request must end on its own for the caller to resolve
+// the ambiguity by reading.
+const DefaultWriteTimeout = 10 * time.Second
+
 // Bucket is the narrow storage contract used by deed. Keys are relative to
 // the bucket's prefix; implementations add the prefix themselves.
 //

@@ -11,7 +11,7 @@ import (
 
 func ExampleNode_Claim() {
 	ctx := context.Background()
-	b := fakes3.NewMem() // or bucket.OpenS3(ctx, loc, opts)
+	b := fakes3.NewMem() // or s3.Open(ctx, loc, opts), package bucket/s3
 
 	// node-a opens its node lease: while it renews it, node-a is alive to
 	// its peers, and it re-reads the record of each cell it holds every

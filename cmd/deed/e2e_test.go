@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 )
 
 // End-to-end tests of the CLI's cell commands: the real binary (built once
@@ -65,7 +66,7 @@ func e2eBucket(t *testing.T, c *e2eCluster) bucket.Bucket {
 		t.Fatal(err)
 	}
 	loc.Prefix = ""
-	b, err := bucket.OpenS3(t.Context(), loc, bucket.S3Options{Endpoint: endpoint,
+	b, err := s3.Open(t.Context(), loc, s3.Options{Endpoint: endpoint,
 		Credentials: credentials.NewStaticCredentialsProvider(c.creds.AccessKeyID, c.creds.SecretAccessKey, "")})
 	if err != nil {
 		t.Fatal(err)

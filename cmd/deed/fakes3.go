@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -191,7 +192,7 @@ func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool, 
 		// Open store: the SDK still needs something to sign with.
 		env = append(env, [2]string{envAccessKeyID, "any"}, [2]string{envSecretAccessKey, "any"})
 	}
-	env = append(env, [2]string{envRegion, bucket.DefaultRegion})
+	env = append(env, [2]string{envRegion, s3.DefaultRegion})
 	if cfg.json {
 		m := map[string]string{}
 		for _, kv := range env {

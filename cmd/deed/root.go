@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/daemon/client"
 )
 
@@ -120,7 +121,7 @@ fails the conditional-write contract.`,
 	f := root.PersistentFlags()
 	f.StringVar(&cfg.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX], gs://NAME[/PREFIX] or az://CONTAINER[/PREFIX] (env "+envBucket+")")
 	f.StringVar(&cfg.endpoint, "endpoint", "", "S3 endpoint URL for S3-compatible stores (env "+envEndpoint+", then "+envEndpointS3+"; default AWS)")
-	f.StringVar(&cfg.region, "region", "", "signing region (env "+envRegion+", then the AWS config; default "+bucket.DefaultRegion+")")
+	f.StringVar(&cfg.region, "region", "", "signing region (env "+envRegion+", then the AWS config; default "+s3.DefaultRegion+")")
 	f.StringVar(&cfg.node, "node", "", "node id: the daemon's (run; env "+envNode+", default the hostname), or the id claim, exec and release act as (default: a fresh <host>-cli-… / <host>-exec-… id; never a live node's, see --as-node)")
 	f.BoolVar(&cfg.json, "json", false, "print results and errors as JSON")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
@@ -290,7 +291,7 @@ func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket,
 		return nil, "", nil, bucket.Errorf(bucket.CodeBadRequest, "embedded store on %s: %w", rf.s3Listen, err)
 	}
 	loc := bucket.Location{Bucket: defaultFakeBucket}
-	b, err := bucket.OpenS3(ctx, loc, bucket.S3Options{Endpoint: url, Credentials: credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, "")})
+	b, err := s3.Open(ctx, loc, s3.Options{Endpoint: url, Credentials: credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, "")})
 	if err != nil {
 		_ = srv.Close()
 		return nil, "", nil, bucket.Errorf(bucket.CodeUnavailable, "embedded store: %w", err)
