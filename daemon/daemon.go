@@ -81,8 +81,8 @@ func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease
 // Open opens the node lease on b and starts watching for a fence; zero
 // API limits take their defaults (DefaultMaxBody, DefaultMaxLimit). It
 // does not probe the store: a caller that has not checked b against the
-// conditional-write contract runs bucket.Probe first, as `deed run` does.
-// The caller serves Handler and calls Close on shutdown.
+// conditional-write contract runs probe.Run (package bucket/probe) first,
+// as `deed run` does. The caller serves Handler and calls Close on shutdown.
 func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*Daemon, error) {
 	if cfg.API.MaxBody == 0 {
 		cfg.API.MaxBody = DefaultMaxBody

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/probe"
 	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/fakes3"
@@ -218,7 +219,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 // openDaemon probes the store, refusing one that fails the conditional-write
 // contract (DEED-E010) before anything is written, and opens the daemon on it.
 func openDaemon(ctx context.Context, cfg daemon.Config, b bucket.Bucket, log *slog.Logger) (*daemon.Daemon, error) {
-	rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{})
+	rep, err := probe.Run(ctx, b, probe.Options{})
 	if err != nil {
 		return nil, bucket.Wrap(err, "probe store")
 	}
