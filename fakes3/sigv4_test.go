@@ -19,6 +19,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/s3"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -201,8 +202,8 @@ func TestServerSigV4SDKClient(t *testing.T) {
 		}
 	}
 	_, err := open(fakes3.Credentials{AccessKeyID: sigCreds.AccessKeyID, SecretAccessKey: "wrong"}).Get(t.Context(), "plain", 0)
-	if bucket.CodeOf(err) != bucket.CodeUnauthorized {
-		t.Fatalf("wrong secret: %v, want %s", err, bucket.CodeUnauthorized)
+	if errcode.CodeOf(err) != errcode.CodeUnauthorized {
+		t.Fatalf("wrong secret: %v, want %s", err, errcode.CodeUnauthorized)
 	}
 }
 

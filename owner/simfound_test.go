@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -41,7 +42,7 @@ func TestCloseWithUnreleasableLeaseDoesNotHang(t *testing.T) {
 	case <-time.After(time.Minute): // a watchdog only: Close needs no time
 		t.Fatal("Close hung")
 	}
-	mustCode(t, l.Err(), bucket.CodeNodeFenced)
+	mustCode(t, l.Err(), errcode.CodeNodeFenced)
 	if _, held := a.Lease("c"); held {
 		t.Fatal("the closed node still holds the lease")
 	}
@@ -82,7 +83,7 @@ func TestStaleViewOfRestartedOwnerIsReadAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = b.Claim(t.Context(), "c", owner.ClaimOptions{})
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		if la.Err() != nil {
 			t.Fatalf("a's lease ended: %v", la.Err())
 		}
@@ -221,7 +222,7 @@ func TestLivenessIsJudgedWhenTheReadWasSent(t *testing.T) {
 		if err == nil {
 			t.Fatalf("a live node was called dead (a fenced: %v)", a.Err())
 		}
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		if a.Err() != nil || la.Err() != nil {
 			t.Fatalf("a fenced itself: %v", a.Err())
 		}
@@ -246,7 +247,7 @@ func TestReleaseReadFailureIsNotATakeover(t *testing.T) {
 	m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: key, Fault: fakes3.ErrBefore, Times: 1})
 	m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpGet, Key: key, Fault: fakes3.SlowDown, Skip: 1, Times: 1})
 	err = l.Release(t.Context())
-	if err == nil || bucket.CodeOf(err) == bucket.CodeSuperseded {
+	if err == nil || errcode.CodeOf(err) == errcode.CodeSuperseded {
 		t.Fatalf("release that did not land: got %v, want a retryable error", err)
 	}
 	if l.Err() != nil {
@@ -294,7 +295,7 @@ func TestCloseStopsActingBeforeItStopsRenewing(t *testing.T) {
 		if l.Err() == nil {
 			t.Fatal("a peer may call a dead while its lease is still valid")
 		}
-		mustCode(t, l.Err(), bucket.CodeNodeFenced)
+		mustCode(t, l.Err(), errcode.CodeNodeFenced)
 		<-done
 	})
 }

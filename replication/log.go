@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -126,7 +127,7 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 	openMu.Lock()
 	if openLogs[lease] != nil {
 		openMu.Unlock()
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "open log %s epoch %d: a log is already open on this lease", lease.Cell(), lease.Epoch())
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "open log %s epoch %d: a log is already open on this lease", lease.Cell(), lease.Epoch())
 	}
 	l := &Log{
 		s:     newStore(b, lease.Cell(), opts),
@@ -139,7 +140,7 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 	h, err := l.fence(ctx)
 	if err != nil {
 		forget(l)
-		return nil, bucket.Wrap(err, "open log %s epoch %d", lease.Cell(), lease.Epoch())
+		return nil, errcode.Wrap(err, "open log %s epoch %d", lease.Cell(), lease.Epoch())
 	}
 	l.start, l.next, l.nextPos = h, h.Next, h.NextPos
 	l.s.cfg.logger.Info("log opened", "cell", lease.Cell(), "epoch", l.epoch, "next", uint64(h.Next), "next_pos", uint64(h.NextPos))
@@ -195,7 +196,7 @@ func (l *Log) fence(ctx context.Context) (Head, error) {
 		}
 		l.s.cfg.logger.Info("fencing walk raced with GC; starting again", "cell", l.s.cell, "epoch", l.epoch)
 	}
-	return Head{}, bucket.Errorf(bucket.CodeUnavailable, "fence predecessors: %w", err)
+	return Head{}, errcode.Errorf(errcode.CodeUnavailable, "fence predecessors: %w", err)
 }
 
 // announceBody is the content of E's announcement marker. It is the same
@@ -217,7 +218,7 @@ func (l *Log) announce(ctx context.Context) error {
 		return fmt.Errorf("announce: %w", err)
 	}
 	if theirs != nil {
-		return bucket.Errorf(bucket.CodeNotHolder, "announce: %s was written by another writer of epoch %d", key, l.epoch)
+		return errcode.Errorf(errcode.CodeNotHolder, "announce: %s was written by another writer of epoch %d", key, l.epoch)
 	}
 	return nil
 }
@@ -238,7 +239,7 @@ func (l *Log) recheck(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("re-read the ownership record: %w", err)
 	case !exists:
-		return bucket.Errorf(bucket.CodeCorruptOwner, "re-read the ownership record: %s is missing", owner.CellKey(l.s.cell))
+		return errcode.Errorf(errcode.CodeCorruptOwner, "re-read the ownership record: %s is missing", owner.CellKey(l.s.cell))
 	case rec.Epoch > l.epoch:
 		l.lease.Supersede(fmt.Errorf("epoch %d claimed before epoch %d's log opened", rec.Epoch, l.epoch))
 		l.s.cfg.logger.Warn("log fenced before it opened", "cell", l.s.cell, "epoch", l.epoch, "by", rec.Epoch)
@@ -276,7 +277,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 				return Head{}, err
 			}
 			if c.epoch > E { // only a broken rule (a test variant) gets here
-				return Head{}, bucket.Errorf(bucket.CodeSuperseded, "fence predecessors: the walk passed epoch %d", E)
+				return Head{}, errcode.Errorf(errcode.CodeSuperseded, "fence predecessors: the walk passed epoch %d", E)
 			}
 			return l.ownSlot(ctx, key, c, f)
 		}
@@ -372,9 +373,9 @@ func (l *Log) ownSlot(ctx context.Context, key string, c cursor, f *File) (Head,
 		case f == nil:
 			return Head{Next: c.txid, NextPos: c.pos}, nil
 		case f.Token != l.lease.Token() && f.Kind == KindRecords:
-			return Head{}, bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer of epoch %d", key, l.epoch)
+			return Head{}, errcode.Errorf(errcode.CodeNotHolder, "slot %s holds records of another writer of epoch %d", key, l.epoch)
 		case f.Kind.fences() && f.Token == l.lease.Token() && f.By == l.epoch:
-			return Head{}, bucket.Errorf(bucket.CodeBadRequest, "open log: epoch %d's log was closed (sealed at %s); release the lease and claim again", l.epoch, key)
+			return Head{}, errcode.Errorf(errcode.CodeBadRequest, "open log: epoch %d's log was closed (sealed at %s); release the lease and claim again", l.epoch, key)
 		case f.Kind.fences():
 			return Head{}, l.fenced(key, f)
 		}
@@ -414,7 +415,7 @@ func (l *Log) checkLease(lease *owner.Lease) error {
 		return err
 	}
 	if lease != l.lease {
-		return bucket.Errorf(bucket.CodeNotHolder, "not the holder: the log of cell %s epoch %d belongs to another lease", l.s.cell, l.epoch)
+		return errcode.Errorf(errcode.CodeNotHolder, "not the holder: the log of cell %s epoch %d belongs to another lease", l.s.cell, l.epoch)
 	}
 	return nil
 }
@@ -443,7 +444,7 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		return Result{}, err
 	case l.closing:
 		l.mu.Unlock()
-		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+		return Result{}, errcode.Errorf(errcode.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 	}
 	l.queue = append(l.queue, p)
 	if l.running {
@@ -474,7 +475,7 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		return o.res, o.err
 	default:
 	}
-	return Result{}, bucket.Errorf(bucket.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
+	return Result{}, errcode.Errorf(errcode.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
 }
 
 // startLocked starts the writer goroutine; l.mu must be held. Its context
@@ -611,10 +612,10 @@ func (l *Log) takeLocked() []*pending {
 // never sent is not written, and says so (DEED-E011), so that a caller who
 // retries what was refused cannot mistake it for a record that may exist.
 func (l *Log) notSent(err error) error {
-	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+	if errcode.CodeOf(err) != errcode.CodeAmbiguous {
 		return err
 	}
-	return bucket.Errorf(bucket.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
+	return errcode.Errorf(errcode.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
 }
 
 func fail(q []*pending, err error) {
@@ -685,7 +686,7 @@ func (l *Log) fenced(key string, theirs *File) error {
 		l.s.cfg.logger.Warn("log fenced", "cell", l.s.cell, "epoch", l.epoch, "key", key, "by", theirs.By)
 		return l.lease.Err()
 	}
-	return bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer (epoch %d)", key, theirs.Epoch)
+	return errcode.Errorf(errcode.CodeNotHolder, "slot %s holds records of another writer (epoch %d)", key, theirs.Epoch)
 }
 
 // Close waits for queued appends, then seals the log's own chain end (a
@@ -748,7 +749,7 @@ func (l *Log) Abandon() {
 	if l.err == nil {
 		err := l.lease.Check()
 		if err == nil {
-			err = bucket.Errorf(bucket.CodeBadRequest, "log %s epoch %d: %w", l.s.cell, l.epoch, errAbandoned)
+			err = errcode.Errorf(errcode.CodeBadRequest, "log %s epoch %d: %w", l.s.cell, l.epoch, errAbandoned)
 		}
 		l.err = err
 	}
@@ -792,7 +793,7 @@ func (l *Log) close(ctx context.Context) error {
 		case <-ctx.Done():
 			cancel()
 			<-stopped
-			return bucket.Wrap(bucket.Errorf(bucket.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
+			return errcode.Wrap(errcode.Errorf(errcode.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
 		}
 	}
 	l.mu.Lock()
@@ -801,14 +802,14 @@ func (l *Log) close(ctx context.Context) error {
 	if abandoned {
 		return werr
 	}
-	if werr != nil && bucket.CodeOf(werr) == bucket.CodeSuperseded {
+	if werr != nil && errcode.CodeOf(werr) == errcode.CodeSuperseded {
 		return nil // a newer epoch sealed us: the chain end is fenced already
 	}
 	// After a write whose outcome was never learned (the writer was cut off
 	// with its PUT in flight), the slot at next may hold that write: the
 	// seal then goes right after it. If it lands only after the seal, it is
 	// refused there, and it was reported as unknown, never acknowledged.
-	unknown := werr != nil && bucket.CodeOf(werr) == bucket.CodeAmbiguous
+	unknown := werr != nil && errcode.CodeOf(werr) == errcode.CodeAmbiguous
 	for {
 		key := SlotKey(l.s.cell, l.epoch, next)
 		body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch})
@@ -817,7 +818,7 @@ func (l *Log) close(ctx context.Context) error {
 		}
 		theirs, err := l.s.create(ctx, key, body)
 		if err != nil {
-			return bucket.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+			return errcode.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
 		}
 		if theirs == nil {
 			l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
@@ -828,8 +829,8 @@ func (l *Log) close(ctx context.Context) error {
 			next, pos = next+1, theirs.NextPos()
 			continue
 		}
-		if ferr := l.fenced(key, theirs); bucket.CodeOf(ferr) != bucket.CodeSuperseded {
-			return bucket.Wrap(ferr, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+		if ferr := l.fenced(key, theirs); errcode.CodeOf(ferr) != errcode.CodeSuperseded {
+			return errcode.Wrap(ferr, "close log %s epoch %d: seal", l.s.cell, l.epoch)
 		}
 		return nil
 	}
@@ -867,7 +868,7 @@ func (l *Log) Read(ctx context.Context, after Pos, limit int, barrier bool) ([]R
 			break
 		}
 	}
-	return nil, bucket.Wrap(err, "read %s after %d", l.s.cell, after)
+	return nil, errcode.Wrap(err, "read %s after %d", l.s.cell, after)
 }
 
 // barrier checks that the log's next slot is still free. A file there is
@@ -881,14 +882,14 @@ func (l *Log) barrier(ctx context.Context) error {
 		key := SlotKey(l.s.cell, l.epoch, t)
 		ok, err := l.s.head(ctx, key)
 		if err != nil {
-			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+			return errcode.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
 		}
 		if !ok {
 			return nil
 		}
 		f, _, err := l.s.read(ctx, key)
 		if err != nil {
-			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+			return errcode.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
 		}
 		switch {
 		case f == nil:
@@ -897,9 +898,9 @@ func (l *Log) barrier(ctx context.Context) error {
 			t++
 			continue
 		case f.Kind.fences() && f.Token == l.lease.Token():
-			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+			return errcode.Errorf(errcode.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 		}
-		return bucket.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
+		return errcode.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
 	}
 }
 

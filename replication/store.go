@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Defaults for Options.
@@ -186,9 +187,9 @@ func (s *store) get(ctx context.Context, key string) (body []byte, found bool, e
 	case errors.Is(err, bucket.ErrNotFound):
 		return nil, false, nil
 	case errors.Is(err, bucket.ErrTooLarge):
-		return nil, false, bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: %w", key, err)
+		return nil, false, errcode.Errorf(errcode.CodeCorruptTx, "corrupt transaction file %s: %w", key, err)
 	}
-	return nil, false, bucket.Wrap(err, "read %s", key)
+	return nil, false, errcode.Wrap(err, "read %s", key)
 }
 
 // read reads and decodes key; f is nil when it does not exist.
@@ -213,7 +214,7 @@ func (s *store) head(ctx context.Context, key string) (bool, error) {
 	case errors.Is(err, bucket.ErrNotFound):
 		return false, nil
 	}
-	return false, bucket.Wrap(err, "head %s", key)
+	return false, errcode.Wrap(err, "head %s", key)
 }
 
 // list returns every key under prefix (following pages), retrying
@@ -228,7 +229,7 @@ func (s *store) list(ctx context.Context, in bucket.ListInput) (bucket.ListPage,
 			return err
 		})
 		if err != nil {
-			return all, bucket.Wrap(err, "list %s", in.Prefix)
+			return all, errcode.Wrap(err, "list %s", in.Prefix)
 		}
 		all.Objects = append(all.Objects, page.Objects...)
 		all.Prefixes = append(all.Prefixes, page.Prefixes...)
@@ -281,7 +282,7 @@ func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs 
 	for i := 0; ; i++ {
 		if i > 0 {
 			if serr := sleep(ctx, s.backoff(i-1)); serr != nil {
-				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
+				return nil, puts, errcode.Errorf(errcode.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
@@ -292,7 +293,7 @@ func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs 
 			return nil, puts, nil
 		}
 		if bucket.Permanent(err) {
-			return nil, puts, bucket.Wrap(err, "write %s", key)
+			return nil, puts, errcode.Wrap(err, "write %s", key)
 		}
 		if brokenNoReadBack {
 			f, err := s.trustTypedError(ctx, key, err)
@@ -310,7 +311,7 @@ func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs 
 		case rerr != nil:
 			last = rerr
 			if bucket.Permanent(rerr) {
-				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
+				return nil, puts, errcode.Errorf(errcode.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
 			}
 			continue
 		case !found:

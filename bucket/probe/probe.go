@@ -4,7 +4,7 @@
 // deed's safety rests on one property of the store: a conditional write is
 // atomic, and a write whose condition fails changes nothing. Some stores
 // accept If-None-Match / If-Match and silently ignore them; on such a store
-// every promise in DESIGN.md is void, and nothing would tell the operator.
+// every promise of docs/design.md is void, and nothing would tell the operator.
 // Run exercises the contract in a scratch prefix and says, in one report,
 // whether the store can be trusted, which quirks it has (404 vs 412 for
 // If-Match on a missing key, conditional DELETE support, ETag quoting), and
@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Check names, in the order they run.
@@ -129,7 +130,7 @@ type Report struct {
 	Prefix   string        `json:"prefix"`
 	Verdict  Verdict       `json:"verdict"`
 	OK       bool          `json:"ok"`
-	Code     bucket.Code   `json:"code,omitempty"`
+	Code     errcode.Code  `json:"code,omitempty"`
 	Error    string        `json:"error,omitempty"`
 	Racers   int           `json:"racers"`
 	Quirks   Quirks        `json:"quirks"`
@@ -228,12 +229,12 @@ func fromMillis(ms float64) time.Duration { return time.Duration(ms * float64(ti
 //
 // It returns the report and:
 //   - nil when every check passed (possibly with warnings);
-//   - a *bucket.Error with bucket.CodeContract (DEED-E010) when the store broke the
+//   - a *errcode.Error with errcode.CodeContract (DEED-E010) when the store broke the
 //     contract: a rejected write landed, a race had more than one winner, or
 //     conditional writes are refused outright;
-//   - a *bucket.Error with bucket.CodeUnavailable (DEED-E011) when a transient store error
+//   - a *errcode.Error with errcode.CodeUnavailable (DEED-E011) when a transient store error
 //     (or an outcome the probe cannot interpret) kept it from concluding,
-//     bucket.CodeUnauthorized (DEED-E041) for denied access, bucket.CodeBadRequest
+//     errcode.CodeUnauthorized (DEED-E041) for denied access, errcode.CodeBadRequest
 //     (DEED-E040) for invalid options or a scratch prefix that is not
 //     empty (checked with one LIST before anything is written).
 //
@@ -252,10 +253,10 @@ func Run(ctx context.Context, b bucket.Bucket, opts Options) (Report, error) {
 	}
 	r := Report{Prefix: prefix, Racers: opts.Racers, Started: time.Now()}
 	if opts.Racers < 2 {
-		return r.finish(bucket.Errorf(bucket.CodeBadRequest, "probe: racers %d: need at least 2", opts.Racers))
+		return r.finish(errcode.Errorf(errcode.CodeBadRequest, "probe: racers %d: need at least 2", opts.Racers))
 	}
 	if err := bucket.ValidateKey(prefix + "/x"); err != nil {
-		return r.finish(bucket.Errorf(bucket.CodeBadRequest, "probe: scratch prefix: %w", err))
+		return r.finish(errcode.Errorf(errcode.CodeBadRequest, "probe: scratch prefix: %w", err))
 	}
 	p := &prober{b: bucket.WithPrefix(b, prefix), id: randomHex(4), racers: opts.Racers, written: map[string]bool{}, report: &r}
 	// The probe deletes what it wrote; an empty prefix guarantees that
@@ -263,7 +264,7 @@ func Run(ctx context.Context, b bucket.Bucket, opts Options) (Report, error) {
 	if existing, err := listRetry(ctx, p.b); err != nil {
 		return r.finish(probeError("list scratch prefix "+prefix, err))
 	} else if len(existing) > 0 {
-		return r.finish(bucket.Errorf(bucket.CodeBadRequest, "probe: scratch prefix %s/ is not empty (%d key(s), first %q): choose an empty one",
+		return r.finish(errcode.Errorf(errcode.CodeBadRequest, "probe: scratch prefix %s/ is not empty (%d key(s), first %q): choose an empty one",
 			prefix, len(existing), existing[0]))
 	}
 
@@ -279,7 +280,7 @@ func Run(ctx context.Context, b bucket.Bucket, opts Options) (Report, error) {
 				names = append(names, c.Name)
 			}
 		}
-		err = bucket.Errorf(bucket.CodeContract, "store fails the conditional-write contract (failed checks: %s)", strings.Join(names, ", "))
+		err = errcode.Errorf(errcode.CodeContract, "store fails the conditional-write contract (failed checks: %s)", strings.Join(names, ", "))
 	case abortErr != nil:
 		err = abortErr
 	case cleanupErr != nil:
@@ -291,13 +292,13 @@ func Run(ctx context.Context, b bucket.Bucket, opts Options) (Report, error) {
 // finish sets the verdict from err and the checks.
 func (r *Report) finish(err error) (Report, error) {
 	r.Duration = time.Since(r.Started)
-	r.Code = bucket.CodeOf(err)
+	r.Code = errcode.CodeOf(err)
 	switch {
 	case err == nil && r.Warnings() > 0:
 		r.Verdict, r.OK = VerdictWarn, true
 	case err == nil:
 		r.Verdict, r.OK = VerdictPass, true
-	case r.Code == bucket.CodeContract:
+	case r.Code == errcode.CodeContract:
 		r.Verdict = VerdictFail
 	default:
 		r.Verdict = VerdictError
@@ -354,10 +355,10 @@ func abort(what string, err error) step {
 // which says nothing about the contract.
 func probeError(what string, err error) error {
 	var oe *bucket.OpError
-	if errors.As(err, &oe) && (oe.ErrorCode() == bucket.CodeUnauthorized || oe.ErrorCode() == bucket.CodeBadRequest) {
-		return bucket.Errorf(oe.ErrorCode(), "probe: %s: %w", what, err)
+	if errors.As(err, &oe) && (oe.ErrorCode() == errcode.CodeUnauthorized || oe.ErrorCode() == errcode.CodeBadRequest) {
+		return errcode.Errorf(oe.ErrorCode(), "probe: %s: %w", what, err)
 	}
-	return bucket.Errorf(bucket.CodeUnavailable, "probe: %s: %w", what, err)
+	return errcode.Errorf(errcode.CodeUnavailable, "probe: %s: %w", what, err)
 }
 
 func (p *prober) runChecks(ctx context.Context) error {
@@ -929,13 +930,13 @@ func (p *prober) cleanup(ctx context.Context) error {
 		if firstErr != nil {
 			check.Detail += fmt.Sprintf(" (%v)", firstErr)
 		}
-		out = bucket.Errorf(bucket.CodeUnavailable, "probe: clean up %s: %d key(s) left", p.report.Prefix, len(ours))
+		out = errcode.Errorf(errcode.CodeUnavailable, "probe: clean up %s: %d key(s) left", p.report.Prefix, len(ours))
 	case len(foreign) > 0:
 		// Someone else wrote into the scratch prefix while the probe ran;
 		// their writes may have disturbed the checks.
 		check.Detail = fmt.Sprintf("%d key(s) appeared under %s/ that the probe did not write (left alone): %s",
 			len(foreign), p.report.Prefix, strings.Join(foreign, ", "))
-		out = bucket.Errorf(bucket.CodeUnavailable, "probe: another writer used the scratch prefix %s during the probe", p.report.Prefix)
+		out = errcode.Errorf(errcode.CodeUnavailable, "probe: another writer used the scratch prefix %s during the probe", p.report.Prefix)
 	default:
 		check.OK = true
 		check.Detail = fmt.Sprintf("deleted %d key(s); the scratch prefix lists empty", len(keys))

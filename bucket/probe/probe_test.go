@@ -11,6 +11,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/probe"
 	"github.com/deedkit/deed/bucket/storetest"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
@@ -70,14 +71,14 @@ func TestProbeIgnoredConditionsFailE010(t *testing.T) {
 	m := fakes3.NewMem()
 	m.SetIgnoreConditions(true)
 	rep, err := probeMem(t, t.Context(), m, m, probe.Options{Racers: 8})
-	if bucket.CodeOf(err) != bucket.CodeContract || bucket.CodeOf(err).ExitStatus() != 5 {
-		t.Fatalf("Probe err = %v (code %q), want DEED-E010 / exit 5", err, bucket.CodeOf(err))
+	if errcode.CodeOf(err) != errcode.CodeContract {
+		t.Fatalf("Probe err = %v (code %q), want DEED-E010", err, errcode.CodeOf(err))
 	}
-	var ce *bucket.Error
+	var ce *errcode.Error
 	if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), "DEED-E010 ") {
-		t.Errorf("err = %T %q, want a *bucket.Error starting with DEED-E010", err, err)
+		t.Errorf("err = %T %q, want a *errcode.Error starting with DEED-E010", err, err)
 	}
-	if rep.OK || rep.Verdict != probe.VerdictFail || rep.Code != bucket.CodeContract {
+	if rep.OK || rep.Verdict != probe.VerdictFail || rep.Code != errcode.CodeContract {
 		t.Errorf("report ok %v verdict %q code %q, want fail E010", rep.OK, rep.Verdict, rep.Code)
 	}
 	for _, name := range []string{probe.CheckCreateRejected, probe.CheckUpdateStale, probe.CheckIfMatchMissing, probe.CheckRace} {
@@ -94,7 +95,7 @@ func TestProbeIgnoredConditionsFailE010(t *testing.T) {
 	if c, _ := rep.Check(probe.CheckRace); !strings.Contains(c.Detail, "8 won") {
 		t.Errorf("race detail = %q, want 8 winners", c.Detail)
 	}
-	if c, _ := rep.Check(probe.CheckRace); rep.Verdict != probe.VerdictFail || rep.Code != bucket.CodeContract || c.OK {
+	if c, _ := rep.Check(probe.CheckRace); rep.Verdict != probe.VerdictFail || rep.Code != errcode.CodeContract || c.OK {
 		t.Errorf("verdict %q code %q race %+v, want a DEED-E010 failure of the race check", rep.Verdict, rep.Code, c)
 	}
 }
@@ -131,7 +132,7 @@ func TestProbeS3Targets(t *testing.T) {
 	t.Run("httpfake-ignoring-conditions", func(t *testing.T) {
 		tg := s3test.HTTPFakeWith(t, fakes3.ServerOptions{IgnoreConditions: true})
 		rep, err := probe.Run(t.Context(), tg.Bucket, probe.Options{Racers: 8})
-		if bucket.CodeOf(err) != bucket.CodeContract {
+		if errcode.CodeOf(err) != errcode.CodeContract {
 			t.Fatalf("Probe err = %v, want DEED-E010\n%s", err, dump(rep))
 		}
 	})
@@ -155,7 +156,7 @@ func TestProbeTransientErrors(t *testing.T) {
 			m := fakes3.NewMem()
 			m.Inject(tt.rule)
 			rep, err := probe.Run(t.Context(), m, probe.Options{Racers: 8})
-			if bucket.CodeOf(err) != bucket.CodeUnavailable {
+			if errcode.CodeOf(err) != errcode.CodeUnavailable {
 				t.Fatalf("Probe err = %v, want DEED-E011\n%s", err, dump(rep))
 			}
 			if rep.OK || rep.Verdict != probe.VerdictError {
@@ -187,7 +188,7 @@ func TestProbeCancelled(t *testing.T) {
 	// Cancel in the middle: the first HEAD (after two PUTs) cancels.
 	m.Inject(fakes3.Rule{Op: fakes3.OpGet, Times: 1, Match: func(fakes3.Op, string) bool { cancel(); return true }})
 	_, err := probe.Run(ctx, m, probe.Options{})
-	if bucket.CodeOf(err) != bucket.CodeUnavailable || !errors.Is(err, context.Canceled) {
+	if errcode.CodeOf(err) != errcode.CodeUnavailable || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Probe err = %v, want DEED-E011 wrapping context.Canceled", err)
 	}
 	if keys := m.Keys(""); len(keys) > 0 {
@@ -293,7 +294,7 @@ func TestProbeConditionalPutRefusedOutright(t *testing.T) {
 		return m.Put(ctx, key, body, c)
 	}}
 	rep, err := probeMem(t, t.Context(), m, b, probe.Options{Racers: 4})
-	if bucket.CodeOf(err) != bucket.CodeContract {
+	if errcode.CodeOf(err) != errcode.CodeContract {
 		t.Fatalf("Probe err = %v, want DEED-E010\n%s", err, dump(rep))
 	}
 }
@@ -304,7 +305,7 @@ func TestProbeAccessDenied(t *testing.T) {
 		return "", bucket.Classify("put", key, c, 403, "AccessDenied", nil)
 	}}
 	_, err := probeMem(t, t.Context(), m, b, probe.Options{})
-	if bucket.CodeOf(err) != bucket.CodeUnauthorized || bucket.CodeOf(err).ExitStatus() != 2 {
+	if errcode.CodeOf(err) != errcode.CodeUnauthorized {
 		t.Fatalf("Probe err = %v, want DEED-E041", err)
 	}
 }
@@ -313,7 +314,7 @@ func TestProbeBadOptions(t *testing.T) {
 	m := fakes3.NewMem()
 	for _, opts := range []probe.Options{{Racers: 1}, {Racers: -3}, {Prefix: "a/../b"}, {Prefix: "a//b"}} {
 		_, err := probe.Run(t.Context(), m, opts)
-		if bucket.CodeOf(err) != bucket.CodeBadRequest {
+		if errcode.CodeOf(err) != errcode.CodeBadRequest {
 			t.Errorf("Probe(%+v) err = %v, want DEED-E040", opts, err)
 		}
 	}
@@ -328,7 +329,7 @@ func TestProbeRefusesNonEmptyPrefix(t *testing.T) {
 	m := fakes3.NewMem()
 	m.Set("data/own.json", []byte("precious"))
 	rep, err := probe.Run(t.Context(), m, probe.Options{Prefix: "data"})
-	if bucket.CodeOf(err) != bucket.CodeBadRequest || !strings.Contains(err.Error(), "not empty") {
+	if errcode.CodeOf(err) != errcode.CodeBadRequest || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("Probe err = %v, want DEED-E040 not empty", err)
 	}
 	if len(rep.Checks) != 0 || rep.Verdict != probe.VerdictError {
@@ -352,7 +353,7 @@ func TestProbeForeignKeyIsReportedNotDeleted(t *testing.T) {
 		return m.Put(ctx, key, body, c)
 	}}
 	rep, err := probe.Run(t.Context(), b, probe.Options{Prefix: "scratch", Racers: 4})
-	if bucket.CodeOf(err) != bucket.CodeUnavailable {
+	if errcode.CodeOf(err) != errcode.CodeUnavailable {
 		t.Fatalf("Probe err = %v, want DEED-E011\n%s", err, dump(rep))
 	}
 	if c, _ := rep.Check(probe.CheckCleanup); c.OK || !strings.Contains(c.Detail, "intruder") {

@@ -16,6 +16,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/bucket/storetest"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
 
@@ -367,18 +368,18 @@ func TestS3RejectsBadKeys(t *testing.T) {
 	b := openCanned(t, srv.URL, time.Second)
 	for _, key := range []string{"", "a/../b", "/abs", "a//b", "a\x00b"} {
 		_, err := b.Put(t.Context(), key, nil, bucket.IfAbsent)
-		if bucket.CodeOf(err) != bucket.CodeBadRequest {
-			t.Errorf("put %q: %v, want %s", key, err, bucket.CodeBadRequest)
+		if errcode.CodeOf(err) != errcode.CodeBadRequest {
+			t.Errorf("put %q: %v, want %s", key, err, errcode.CodeBadRequest)
 		}
-		if err := b.Delete(t.Context(), key, bucket.IfAbsent); bucket.CodeOf(err) != bucket.CodeBadRequest {
-			t.Errorf("delete %q: %v, want %s", key, err, bucket.CodeBadRequest)
+		if err := b.Delete(t.Context(), key, bucket.IfAbsent); errcode.CodeOf(err) != errcode.CodeBadRequest {
+			t.Errorf("delete %q: %v, want %s", key, err, errcode.CodeBadRequest)
 		}
 	}
-	if err := b.Delete(t.Context(), "k", bucket.IfAbsent); bucket.CodeOf(err) != bucket.CodeBadRequest {
-		t.Errorf("delete if-absent: %v, want %s", err, bucket.CodeBadRequest)
+	if err := b.Delete(t.Context(), "k", bucket.IfAbsent); errcode.CodeOf(err) != errcode.CodeBadRequest {
+		t.Errorf("delete if-absent: %v, want %s", err, errcode.CodeBadRequest)
 	}
-	if _, err := b.Put(t.Context(), "k", nil, bucket.IfMatch("")); bucket.CodeOf(err) != bucket.CodeBadRequest {
-		t.Errorf("put if-match empty etag: %v, want %s", err, bucket.CodeBadRequest)
+	if _, err := b.Put(t.Context(), "k", nil, bucket.IfMatch("")); errcode.CodeOf(err) != errcode.CodeBadRequest {
+		t.Errorf("put if-match empty etag: %v, want %s", err, errcode.CodeBadRequest)
 	}
 	if n := len(c.requests()); n != 0 {
 		t.Errorf("%d requests sent for invalid input", n)

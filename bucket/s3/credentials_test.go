@@ -10,6 +10,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/s3"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
 
@@ -31,9 +32,9 @@ func TestMissingCredentialsAreUnauthorized(t *testing.T) {
 	_, gerr := b.Get(t.Context(), "k", 0)
 	_, perr := b.Put(t.Context(), "k", []byte("x"), bucket.IfAbsent)
 	for _, err := range []error{gerr, perr} {
-		if !errors.Is(err, bucket.ErrAccessDenied) || bucket.CodeOf(err) != bucket.CodeUnauthorized ||
+		if !errors.Is(err, bucket.ErrAccessDenied) || errcode.CodeOf(err) != errcode.CodeUnauthorized ||
 			!strings.Contains(err.Error(), "no usable AWS credentials") {
-			t.Errorf("got %v (code %s), want access denied, DEED-E041, naming credentials", err, bucket.CodeOf(err))
+			t.Errorf("got %v (code %s), want access denied, DEED-E041, naming credentials", err, errcode.CodeOf(err))
 		}
 	}
 	if _, err := tg.Bucket.Head(t.Context(), "k"); !errors.Is(err, bucket.ErrNotFound) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/storetest"
+	"github.com/deedkit/deed/errcode"
 )
 
 // An endpoint that is not an S3 store (the usual mistake: --endpoint at a
@@ -108,8 +109,8 @@ func TestNotS3Endpoint(t *testing.T) {
 					continue
 				}
 				if tc.want[i] == bucket.ErrNotS3 {
-					if bucket.CodeOf(err) != bucket.CodeBadRequest {
-						t.Errorf("%s: code %s, want %s", col.Name, bucket.CodeOf(err), bucket.CodeBadRequest)
+					if errcode.CodeOf(err) != errcode.CodeBadRequest {
+						t.Errorf("%s: code %s, want %s", col.Name, errcode.CodeOf(err), errcode.CodeBadRequest)
 					}
 					if !strings.Contains(err.Error(), srv.URL) || (col.Name != "head" && !strings.Contains(err.Error(), tc.mention)) {
 						t.Errorf("%s: %v does not name what answered (%s, %q)", col.Name, err, srv.URL, tc.mention)

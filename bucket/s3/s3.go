@@ -32,6 +32,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // DefaultRegion is used when neither Options.Region nor the AWS
@@ -382,7 +383,7 @@ func noCredentials(err error) bool {
 // badKey reports a key deed refuses to send: S3 stores and path-style
 // proxies normalise some keys ("a/../b"), silently aliasing two of them.
 func badKey(op, key string, err error) error {
-	return bucket.Errorf(bucket.CodeBadRequest, "%s %q: %w", op, key, err)
+	return errcode.Errorf(errcode.CodeBadRequest, "%s %q: %w", op, key, err)
 }
 
 // Get refuses an object over max from its Content-Length before reading the
@@ -450,7 +451,7 @@ func (b *s3Bucket) Put(ctx context.Context, key string, body []byte, cond bucket
 		in.IfNoneMatch = aws.String("*")
 	case bucket.CondIfMatch:
 		if cond.ETag == "" {
-			return "", bucket.Errorf(bucket.CodeBadRequest, "put %q: if-match with an empty etag", key)
+			return "", errcode.Errorf(errcode.CodeBadRequest, "put %q: if-match with an empty etag", key)
 		}
 		in.IfMatch = aws.String(cond.ETag)
 	}
@@ -473,11 +474,11 @@ func (b *s3Bucket) Delete(ctx context.Context, key string, cond bucket.Condition
 	switch cond.Kind {
 	case bucket.CondIfMatch:
 		if cond.ETag == "" {
-			return bucket.Errorf(bucket.CodeBadRequest, "delete %q: if-match with an empty etag", key)
+			return errcode.Errorf(errcode.CodeBadRequest, "delete %q: if-match with an empty etag", key)
 		}
 		in.IfMatch = aws.String(cond.ETag)
 	case bucket.CondIfAbsent:
-		return bucket.Errorf(bucket.CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
+		return errcode.Errorf(errcode.CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
 	}
 	client, ctx, cancel := b.writeClient(ctx, cond)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/daemon/daemontest"
+	"github.com/deedkit/deed/errcode"
 )
 
 // holdingProxy stands between a daemon and its store. While armed, it
@@ -92,8 +93,8 @@ func deedAppend(t *testing.T, api, cell, data string) appendAnswer {
 		return a
 	}
 	var e struct {
-		Code    bucket.Code `json:"code"`
-		Applied string      `json:"applied"`
+		Code    errcode.Code `json:"code"`
+		Applied string       `json:"applied"`
 	}
 	if err := json.Unmarshal(stderr.Bytes(), &e); err != nil {
 		t.Errorf("deed append %s %s: exit %d, stderr %q", cell, data, a.Status, stderr.String())
@@ -179,7 +180,7 @@ func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 		for _, a := range answers {
 			if strings.HasPrefix(a.Data, cell+"-") {
 				mine = append(mine, a)
-				if a.Code == bucket.CodeAmbiguous {
+				if a.Code == errcode.CodeAmbiguous {
 					unknown++
 				}
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/s3"
+	"github.com/deedkit/deed/errcode"
 )
 
 // End-to-end tests of the CLI's cell commands: the real binary (built once
@@ -172,8 +173,8 @@ func TestE2EExecBadNamesWriteNothing(t *testing.T) {
 		{"gc", "bad/name"},
 	} {
 		st, out := c.cli(t, args...)
-		if st != 2 || !strings.HasPrefix(out, string(bucket.CodeInvalidName)+" ") {
-			t.Errorf("deed %q: exit %d %q, want 2 and %s", args, st, out, bucket.CodeInvalidName)
+		if st != 2 || !strings.HasPrefix(out, string(errcode.CodeInvalidName)+" ") {
+			t.Errorf("deed %q: exit %d %q, want 2 and %s", args, st, out, errcode.CodeInvalidName)
 		}
 	}
 	page, err := bucket.ListAll(t.Context(), e2eBucket(t, c), bucket.ListInput{})
