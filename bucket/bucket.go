@@ -18,6 +18,12 @@
 //   - ErrAmbiguous: anything else on a conditional write (timeout, 5xx, reset
 //     connection). The write may or may not have landed; only reading the key
 //     back can tell.
+//
+// The stores live in packages of their own beside this one, so that code
+// written against the contract links no store's SDK: bucket/s3 (AWS S3 and
+// S3-compatible stores), bucket/gcs and bucket/azblob; fakes3 has the
+// in-memory fake. bucket/probe checks a store against the contract, and the
+// stable error codes that storage errors map to are package errcode.
 package bucket
 
 import (
@@ -25,6 +31,12 @@ import (
 	"strings"
 	"time"
 )
+
+// DefaultWriteTimeout bounds one conditional write when a store adapter's
+// Options.Timeout is zero. A conditional write is never retried by the
+// adapters, so a hung request must end on its own for the caller to resolve
+// the ambiguity by reading.
+const DefaultWriteTimeout = 10 * time.Second
 
 // Bucket is the narrow storage contract used by deed. Keys are relative to
 // the bucket's prefix; implementations add the prefix themselves.

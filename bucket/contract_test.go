@@ -1,15 +1,12 @@
 package bucket_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/storetest"
 	"github.com/deedkit/deed/fakes3"
@@ -476,33 +473,5 @@ func testNestedKeys(t *testing.T, d dialect, b bucket.Bucket) {
 		if o, err := b.Get(t.Context(), "x/y", 0); err != nil || string(o.Body) != "below" {
 			t.Fatalf("get x/y = %q, %v", o.Body, err)
 		}
-	}
-}
-
-// Missing credentials are DEED-E041 and say so, on reads and on
-// conditional writes alike (a request that could not be signed was never
-// sent, so a write is definitely not applied, not ambiguous). The SDK
-// reports them without a type, sometimes with the 403 of an
-// instance-metadata probe, sometimes with no status at all.
-func TestMissingCredentialsAreUnauthorized(t *testing.T) {
-	tg := s3test.HTTPFake(t)
-	opts := tg.Options()
-	opts.Credentials = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-		return aws.Credentials{}, errors.New("no EC2 IMDS role found")
-	})
-	b, err := bucket.OpenS3(t.Context(), tg.Loc, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, gerr := b.Get(t.Context(), "k", 0)
-	_, perr := b.Put(t.Context(), "k", []byte("x"), bucket.IfAbsent)
-	for _, err := range []error{gerr, perr} {
-		if !errors.Is(err, bucket.ErrAccessDenied) || bucket.CodeOf(err) != bucket.CodeUnauthorized ||
-			!strings.Contains(err.Error(), "no usable AWS credentials") {
-			t.Errorf("got %v (code %s), want access denied, DEED-E041, naming credentials", err, bucket.CodeOf(err))
-		}
-	}
-	if _, err := tg.Bucket.Head(t.Context(), "k"); !errors.Is(err, bucket.ErrNotFound) {
-		t.Fatalf("the unsigned put reached the store: head = %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package bucket
 import (
 	"errors"
 	"fmt"
+
+	"github.com/deedkit/deed/errcode"
 )
 
 // Sentinel errors. Use errors.Is; the concrete error is an *OpError that says
@@ -88,16 +90,16 @@ func (e *OpError) Unwrap() error { return e.Err }
 
 // ErrorCode maps the kind of a storage error to deed's stable code. The
 // caller wraps errors with this code when a storage error reaches a user.
-func (e *OpError) ErrorCode() Code {
+func (e *OpError) ErrorCode() errcode.Code {
 	switch e.Kind {
 	case ErrAmbiguous:
-		return CodeAmbiguous
+		return errcode.CodeAmbiguous
 	case ErrAccessDenied:
-		return CodeUnauthorized
+		return errcode.CodeUnauthorized
 	case ErrNotS3:
-		return CodeBadRequest
+		return errcode.CodeBadRequest
 	default:
-		return CodeUnavailable
+		return errcode.CodeUnavailable
 	}
 }
 

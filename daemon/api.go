@@ -15,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
@@ -50,7 +50,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.ready() {
-			writeError(w, bucket.Errorf(bucket.CodeNodeFenced, "not ready: node lease not held"))
+			writeError(w, errcode.Errorf(errcode.CodeNodeFenced, "not ready: node lease not held"))
 			return
 		}
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ready": true, "node": d.cfg.Node})
@@ -65,10 +65,10 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := allowedMethods(mux, r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeErrorStatus(w, http.StatusMethodNotAllowed, bucket.Errorf(bucket.CodeBadRequest, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			writeErrorStatus(w, http.StatusMethodNotAllowed, errcode.Errorf(errcode.CodeBadRequest, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
 			return
 		}
-		writeErrorStatus(w, http.StatusNotFound, bucket.Errorf(bucket.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
+		writeErrorStatus(w, http.StatusNotFound, errcode.Errorf(errcode.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return guard(cfg, mux)
 }
@@ -114,13 +114,13 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
 				// An unauthenticated client keeps no connection open.
 				w.Header().Set("Connection", "close")
-				writeError(w, bucket.Errorf(bucket.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
+				writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
 				return
 			}
 		}
 		if r.ContentLength > cfg.MaxBody {
 			w.Header().Set("Connection", "close") // the body is not read
-			writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body of %d bytes exceeds the limit of %d", r.ContentLength, cfg.MaxBody))
+			writeError(w, errcode.Errorf(errcode.CodeBadRequest, "request body of %d bytes exceeds the limit of %d", r.ContentLength, cfg.MaxBody))
 			return
 		}
 		if r.ContentLength != 0 {
@@ -132,9 +132,9 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				w.Header().Set("Connection", "close")
 				var tooBig *http.MaxBytesError
 				if errors.As(err, &tooBig) {
-					writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body exceeds the limit of %d bytes", cfg.MaxBody))
+					writeError(w, errcode.Errorf(errcode.CodeBadRequest, "request body exceeds the limit of %d bytes", cfg.MaxBody))
 				} else {
-					writeError(w, bucket.Errorf(bucket.CodeBadRequest, "request body not received whole within %v: %w", apiBodyTimeout, err))
+					writeError(w, errcode.Errorf(errcode.CodeBadRequest, "request body not received whole within %v: %w", apiBodyTimeout, err))
 				}
 				return
 			}
@@ -210,16 +210,16 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, bucket.Errorf(bucket.CodeBadRequest, "record exceeds the limit of %d bytes", maxBody))
+			writeError(w, errcode.Errorf(errcode.CodeBadRequest, "record exceeds the limit of %d bytes", maxBody))
 			return
 		}
-		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "read request body: %w", err))
+		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "read request body: %w", err))
 		return
 	}
 	if len(body) == 0 {
 		// A record of no bytes is almost always a client's mistake (an
 		// empty pipe, a forgotten --data); it is refused, not written.
-		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "empty append: a record must have at least one byte"))
+		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "empty append: a record must have at least one byte"))
 		return
 	}
 	c, err := d.acquire(r.Context(), r.PathValue("cell"), false)
@@ -253,7 +253,7 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	}
 	limit, err := uintParam(q.Get("limit"), "limit", 100)
 	if err != nil || limit == 0 || limit > uint64(maxLimit) {
-		writeError(w, bucket.Errorf(bucket.CodeBadRequest, "limit must be 1..%d", maxLimit))
+		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "limit must be 1..%d", maxLimit))
 		return
 	}
 	barrier, err := boolParam(r, "barrier")
@@ -266,7 +266,7 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 		recs, err = c.log.Read(r.Context(), replication.Pos(after), int(limit), barrier)
 		err = closedUnder(c, err)
 	} else if barrier {
-		err = bucket.Errorf(bucket.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
+		err = errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
 	} else {
 		recs, err = replication.Read(r.Context(), d.b, name, replication.Pos(after), int(limit))
 	}
@@ -288,24 +288,24 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 // outcome (DEED-E012) is the claim's doubt, not the record's: the record was
 // never written, so the append answers DEED-E011 (retry), applied "no".
 func appendNotSent(err error) error {
-	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+	if errcode.CodeOf(err) != errcode.CodeAmbiguous {
 		return err
 	}
-	return bucket.Errorf(bucket.CodeUnavailable, "append: not written: the claim that must come first has an unknown outcome: %v", err)
+	return errcode.Errorf(errcode.CodeUnavailable, "append: not written: the claim that must come first has an unknown outcome: %v", err)
 }
 
 // resultOf is the result label of an append in deed_appends_total; an
 // append of unknown outcome (DEED-E012) counts as "unknown", never as an
 // error that wrote nothing.
 func resultOf(err error) string {
-	switch bucket.CodeOf(err) {
+	switch errcode.CodeOf(err) {
 	case "":
 		return "ok"
-	case bucket.CodeAmbiguous:
+	case errcode.CodeAmbiguous:
 		return "unknown"
-	case bucket.CodeSuperseded, bucket.CodeNodeFenced, bucket.CodeReleased:
+	case errcode.CodeSuperseded, errcode.CodeNodeFenced, errcode.CodeReleased:
 		return "fenced"
-	case bucket.CodeHeld:
+	case errcode.CodeHeld:
 		return "held"
 	default:
 		return "error"
@@ -319,7 +319,7 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	}
 	v, err := strconv.ParseBool(s)
 	if err != nil {
-		return false, bucket.Errorf(bucket.CodeBadRequest, "?%s=%q: want true or false", name, s)
+		return false, errcode.Errorf(errcode.CodeBadRequest, "?%s=%q: want true or false", name, s)
 	}
 	return v, nil
 }
@@ -330,21 +330,21 @@ func uintParam(s, name string, def uint64) (uint64, error) {
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, bucket.Errorf(bucket.CodeBadRequest, "?%s=%q: want a non-negative integer", name, s)
+		return 0, errcode.Errorf(errcode.CodeBadRequest, "?%s=%q: want a non-negative integer", name, s)
 	}
 	return v, nil
 }
 
 // httpStatus maps a code to the HTTP status of its error body.
-func httpStatus(code bucket.Code) int {
+func httpStatus(code errcode.Code) int {
 	switch code {
-	case bucket.CodeInvalidName, bucket.CodeBadRequest, bucket.CodeInvalidLease:
+	case errcode.CodeInvalidName, errcode.CodeBadRequest, errcode.CodeInvalidLease:
 		return http.StatusBadRequest
-	case bucket.CodeUnauthorized:
+	case errcode.CodeUnauthorized:
 		return http.StatusUnauthorized
-	case bucket.CodeHeld, bucket.CodeSuperseded, bucket.CodeReleased, bucket.CodeNotHolder:
+	case errcode.CodeHeld, errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNotHolder:
 		return http.StatusConflict
-	case bucket.CodeNodeFenced, bucket.CodeContract, bucket.CodeUnavailable, bucket.CodeAmbiguous:
+	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -359,7 +359,7 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 	// The code is the error's own, whatever it wraps: an append cut off by
 	// a cancelled context while its PUT was in flight is DEED-E012 and must
 	// not read as a retryable DEED-E011.
-	code := bucket.CodeOf(err)
+	code := errcode.CodeOf(err)
 	body := client.ErrorBody{Code: code, Error: err.Error(), Applied: client.AppliedOf(err)}
 	var held *owner.HeldError
 	if errors.As(err, &held) {

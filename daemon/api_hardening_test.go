@@ -13,8 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -224,7 +224,7 @@ func TestWrongMethodIs405WithAllow(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 405 || resp.Header.Get("Allow") != tc.allow || !strings.Contains(string(body), string(bucket.CodeBadRequest)) {
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != tc.allow || !strings.Contains(string(body), string(errcode.CodeBadRequest)) {
 			t.Errorf("%s %s: %d Allow=%q %s; want 405 Allow=%q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), body, tc.allow)
 		}
 	}
@@ -265,7 +265,7 @@ func TestEmptyAppendIsRefused(t *testing.T) {
 	a := startTestDaemon(t, m, "a", APIConfig{})
 	before := m.Counts()
 	st, res := a.call(t, "POST", "/v1/cells/c/append", "")
-	wantErr(t, st, res, 400, bucket.CodeBadRequest)
+	wantErr(t, st, res, 400, errcode.CodeBadRequest)
 	if res["applied"] != "no" {
 		t.Errorf("empty append: %v, want applied no", res)
 	}

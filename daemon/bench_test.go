@@ -21,9 +21,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/benchtest"
 	"github.com/deedkit/deed/fakes3/s3test"
@@ -286,11 +287,11 @@ func benchOverhead(b *testing.B, rtt time.Duration, rec, slotBody []byte) {
 			key := "raw/cells/" + cell + "/own.json"
 			e.put(b, key, own)
 			prefix := "raw/cells/" + cell + "/ltx/"
-			if _, err := e.raw.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &e.bkt, Prefix: &prefix}); err != nil {
+			if _, err := e.raw.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{Bucket: &e.bkt, Prefix: &prefix}); err != nil {
 				b.Fatal(err)
 			}
 			slot := prefix + "e1/0000000000000001.ltx"
-			if _, err := e.raw.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.bkt, Key: &slot}); err == nil {
+			if _, err := e.raw.GetObject(ctx, &awss3.GetObjectInput{Bucket: &e.bkt, Key: &slot}); err == nil {
 				b.Fatal("raw get of a fresh slot succeeded")
 			}
 			tRaw.add(start)
@@ -357,7 +358,7 @@ func reportOverhead(b *testing.B, deed, raw pairTimes, unit string) {
 // SDK client to it.
 type overheadEnv struct {
 	d   *Daemon
-	raw *s3.Client
+	raw *awss3.Client
 	bkt string
 }
 
@@ -370,7 +371,7 @@ func newOverheadEnv(b *testing.B, rtt time.Duration) *overheadEnv {
 
 // put is a raw PutObject with If-None-Match: *.
 func (e *overheadEnv) put(b *testing.B, key string, body []byte) {
-	if _, err := e.raw.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &e.bkt, Key: aws.String(key), Body: bytes.NewReader(body),
+	if _, err := e.raw.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: &e.bkt, Key: aws.String(key), Body: bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))), IfNoneMatch: aws.String("*")}); err != nil {
 		b.Fatal(err)
 	}
@@ -379,17 +380,17 @@ func (e *overheadEnv) put(b *testing.B, key string, body []byte) {
 // rawClient is the plain S3 client a user would write the loop with: the
 // SDK's defaults (its standard retryer included, which never fires here),
 // path-style addressing, static credentials, and request checksums only
-// when required, as bucket.OpenS3 sets them for S3-compatible stores.
-func rawClient(t testing.TB, endpoint string) *s3.Client {
+// when required, as s3.Open sets them for S3-compatible stores.
+func rawClient(t testing.TB, endpoint string) *awss3.Client {
 	t.Helper()
 	cfg, err := awsconfig.LoadDefaultConfig(context.Background(),
-		awsconfig.WithRegion(bucket.DefaultRegion), awsconfig.WithCredentialsProvider(s3test.Credentials()))
+		awsconfig.WithRegion(s3.DefaultRegion), awsconfig.WithCredentialsProvider(s3test.Credentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 	cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
-	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+	return awss3.NewFromConfig(cfg, func(o *awss3.Options) {
 		o.BaseEndpoint = aws.String(endpoint)
 		o.UsePathStyle = true
 	})

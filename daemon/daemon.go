@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
@@ -81,8 +82,8 @@ func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease
 // Open opens the node lease on b and starts watching for a fence; zero
 // API limits take their defaults (DefaultMaxBody, DefaultMaxLimit). It
 // does not probe the store: a caller that has not checked b against the
-// conditional-write contract runs bucket.Probe first, as `deed run` does.
-// The caller serves Handler and calls Close on shutdown.
+// conditional-write contract runs probe.Run (package bucket/probe) first,
+// as `deed run` does. The caller serves Handler and calls Close on shutdown.
 func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*Daemon, error) {
 	if cfg.API.MaxBody == 0 {
 		cfg.API.MaxBody = DefaultMaxBody
@@ -198,10 +199,10 @@ func (d *Daemon) currentNode() (*owner.Node, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, bucket.Errorf(bucket.CodeNodeFenced, "node %s is shutting down", d.cfg.Node)
+		return nil, errcode.Errorf(errcode.CodeNodeFenced, "node %s is shutting down", d.cfg.Node)
 	}
 	if d.node == nil {
-		return nil, bucket.Errorf(bucket.CodeNodeFenced, "node %s is fenced and regaining its node lease", d.cfg.Node)
+		return nil, errcode.Errorf(errcode.CodeNodeFenced, "node %s is fenced and regaining its node lease", d.cfg.Node)
 	}
 	return d.node, nil
 }
@@ -249,7 +250,7 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	if c.lease != nil && c.lease.Err() == nil {
 		switch {
 		case c.releasing:
-			return nil, bucket.Errorf(bucket.CodeUnavailable, "cell %s is being released, or its release failed: retry the release", name)
+			return nil, errcode.Errorf(errcode.CodeUnavailable, "cell %s is being released, or its release failed: retry the release", name)
 		case !force:
 			return c.holding(), nil
 		}
@@ -301,12 +302,12 @@ func closedUnder(h *holding, err error) error {
 		return err
 	}
 	if lerr := h.lease.Err(); lerr != nil {
-		switch bucket.CodeOf(lerr) {
-		case bucket.CodeSuperseded, bucket.CodeNodeFenced:
-			return bucket.Wrap(lerr, "cell %s", h.name)
+		switch errcode.CodeOf(lerr) {
+		case errcode.CodeSuperseded, errcode.CodeNodeFenced:
+			return errcode.Wrap(lerr, "cell %s", h.name)
 		}
 	}
-	return bucket.Errorf(bucket.CodeUnavailable, "cell %s: its log was closed under this request (the cell is being released or the node is shutting down); retry: %v", h.name, err)
+	return errcode.Errorf(errcode.CodeUnavailable, "cell %s: its log was closed under this request (the cell is being released or the node is shutting down); retry: %v", h.name, err)
 }
 
 // dropIfEmpty removes a cell entry that never got a lease; c.mu is held.
@@ -335,7 +336,7 @@ func (d *Daemon) leaseEnded(c *cell, l *owner.Lease) {
 	}
 	c.mu.Unlock()
 	d.m.cellsHeld.Set(float64(d.countHeld()))
-	if err := l.Err(); bucket.CodeOf(err) == bucket.CodeSuperseded {
+	if err := l.Err(); errcode.CodeOf(err) == errcode.CodeSuperseded {
 		d.log.Warn("lease lost", "cell", l.Cell(), "epoch", l.Epoch(), "err", err)
 	}
 }
@@ -352,7 +353,7 @@ func (d *Daemon) countHeld() int {
 // seal is only a courtesy, as the next owner seals the chain itself.
 // Otherwise the log is sealed in the background.
 func (d *Daemon) dropLog(lg *replication.Log, why error) {
-	if d.cfg.FenceExit && bucket.CodeOf(why) == bucket.CodeNodeFenced {
+	if d.cfg.FenceExit && errcode.CodeOf(why) == errcode.CodeNodeFenced {
 		lg.Abandon()
 		return
 	}
@@ -390,7 +391,7 @@ func (d *Daemon) release(ctx context.Context, name string) (owner.Record, error)
 	if c == nil || c.lease == nil || c.lease.Err() != nil {
 		d.m.releases.WithLabelValues("not_holder").Inc()
 		rec, _, _ := owner.Inspect(ctx, d.b, name)
-		return rec, bucket.Errorf(bucket.CodeNotHolder, "release %s: not held by this node (%s)", name, d.cfg.Node)
+		return rec, errcode.Errorf(errcode.CodeNotHolder, "release %s: not held by this node (%s)", name, d.cfg.Node)
 	}
 	l, lg := c.lease, c.log
 	// From here on appends are refused; if the release fails, they stay
@@ -398,7 +399,7 @@ func (d *Daemon) release(ctx context.Context, name string) (owner.Record, error)
 	c.releasing = true
 	if err := lg.Close(ctx); err != nil {
 		d.m.releases.WithLabelValues("error").Inc()
-		return owner.Record{}, bucket.Wrap(err, "release %s", name)
+		return owner.Record{}, errcode.Wrap(err, "release %s", name)
 	}
 	if err := l.Release(ctx); err != nil {
 		d.m.releases.WithLabelValues("error").Inc()

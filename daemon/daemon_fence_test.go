@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -40,10 +40,10 @@ func TestDaemonFenceDropsCellsAndRecovers(t *testing.T) {
 		if d.ready() || d.held("c") != nil {
 			t.Fatal("a fenced daemon still reports ready or holds cells")
 		}
-		if _, err := d.acquire(t.Context(), "c", false); bucket.CodeOf(err) != bucket.CodeNodeFenced {
+		if _, err := d.acquire(t.Context(), "c", false); errcode.CodeOf(err) != errcode.CodeNodeFenced {
 			t.Fatalf("claim while fenced: %v, want DEED-E025", err)
 		}
-		if err := lease.Err(); bucket.CodeOf(err) != bucket.CodeNodeFenced {
+		if err := lease.Err(); errcode.CodeOf(err) != errcode.CodeNodeFenced {
 			t.Fatalf("lease after fence: %v", err)
 		}
 		m.Partition("a", false)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -94,7 +94,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 			t.Fatalf("acquire after the failed release: %v", err)
 		}
 		if _, err := c2.log.Append(t.Context(), c2.lease, []byte("y")); err != nil {
-			t.Errorf("append after the failed release: %v (code %s, HTTP %d)", err, bucket.CodeOf(err), httpStatus(bucket.CodeOf(err)))
+			t.Errorf("append after the failed release: %v (code %s, HTTP %d)", err, errcode.CodeOf(err), httpStatus(errcode.CodeOf(err)))
 		}
 	}()
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -78,7 +79,7 @@ func (td *testDaemon) call(t *testing.T, method, path, body string, hdr ...strin
 	return resp.StatusCode, m
 }
 
-func wantErr(t *testing.T, status int, body map[string]any, wantStatus int, code bucket.Code) {
+func wantErr(t *testing.T, status int, body map[string]any, wantStatus int, code errcode.Code) {
 	t.Helper()
 	if status != wantStatus || body["code"] != string(code) || !strings.HasPrefix(fmt.Sprint(body["error"]), string(code)) {
 		t.Fatalf("got %d %v, want %d with %s", status, body, wantStatus, code)
@@ -110,7 +111,7 @@ func TestDaemonAppendReadRelease(t *testing.T) {
 	}
 	// b sees a as the live owner and is refused, naming a and its address.
 	st, res = b.call(t, "POST", "/v1/cells/c1/append", "intruder")
-	wantErr(t, st, res, 409, bucket.CodeHeld)
+	wantErr(t, st, res, 409, errcode.CodeHeld)
 	if res["owner"] != "a" || res["owner_addr"] != "http://a" {
 		t.Fatalf("E020 body must name the owner: %v", res)
 	}
@@ -120,7 +121,7 @@ func TestDaemonAppendReadRelease(t *testing.T) {
 		t.Fatalf("read on b: %d %v", st, res)
 	}
 	st, res = b.call(t, "GET", "/v1/cells/c1/records?barrier=true", "")
-	wantErr(t, st, res, 409, bucket.CodeNotHolder)
+	wantErr(t, st, res, 409, errcode.CodeNotHolder)
 
 	st, res = b.call(t, "GET", "/v1/cells/c1", "")
 	if st != 200 || res["node"] != "a" || res["held_here"] != false || res["owner_alive"] != true || res["owner_addr"] != "http://a" {
@@ -136,7 +137,7 @@ func TestDaemonAppendReadRelease(t *testing.T) {
 		t.Fatalf("append on b after release: %d %v", st, res)
 	}
 	st, res = a.call(t, "POST", "/v1/cells/c1/release", "")
-	wantErr(t, st, res, 409, bucket.CodeNotHolder)
+	wantErr(t, st, res, 409, errcode.CodeNotHolder)
 }
 
 // A forced claim on the other node makes the first daemon's next append
@@ -171,7 +172,7 @@ func TestDaemonForcedTakeover(t *testing.T) {
 	// a no longer holds c (its lease ended on the seal), so it tries to
 	// claim and finds b alive — or, if it had not noticed yet, the append
 	// itself is refused as superseded. Both refuse; neither is written.
-	if st != 409 || (res["code"] != string(bucket.CodeSuperseded) && res["code"] != string(bucket.CodeHeld)) {
+	if st != 409 || (res["code"] != string(errcode.CodeSuperseded) && res["code"] != string(errcode.CodeHeld)) {
 		t.Fatalf("stale append: %d %v", st, res)
 	}
 	_, res = b.call(t, "GET", "/v1/cells/c/records?barrier=true&limit=1000", "")
@@ -196,19 +197,19 @@ func TestDaemonBadInput(t *testing.T) {
 	auth := []string{"Authorization", "Bearer s3cret"}
 	before := m.Counts()
 	st, res := a.call(t, "POST", "/v1/cells/c/append", "x")
-	wantErr(t, st, res, 401, bucket.CodeUnauthorized)
+	wantErr(t, st, res, 401, errcode.CodeUnauthorized)
 	st, res = a.call(t, "POST", "/v1/cells/c/append", "x", "Authorization", "Bearer wrong")
-	wantErr(t, st, res, 401, bucket.CodeUnauthorized)
+	wantErr(t, st, res, 401, errcode.CodeUnauthorized)
 	st, res = a.call(t, "POST", "/v1/cells/bad%20name/append", "x", auth...)
-	wantErr(t, st, res, 400, bucket.CodeInvalidName)
+	wantErr(t, st, res, 400, errcode.CodeInvalidName)
 	st, res = a.call(t, "POST", "/v1/cells/"+strings.Repeat("x", 201)+"/claim", "", auth...)
-	wantErr(t, st, res, 400, bucket.CodeInvalidName)
+	wantErr(t, st, res, 400, errcode.CodeInvalidName)
 	st, res = a.call(t, "POST", "/v1/cells/c/append", strings.Repeat("y", 17), auth...)
-	wantErr(t, st, res, 400, bucket.CodeBadRequest)
+	wantErr(t, st, res, 400, errcode.CodeBadRequest)
 	st, res = a.call(t, "GET", "/v1/cells/c/records?limit=0", "", auth...)
-	wantErr(t, st, res, 400, bucket.CodeBadRequest)
+	wantErr(t, st, res, 400, errcode.CodeBadRequest)
 	st, res = a.call(t, "GET", "/v1/cells/c/records?after=-1", "", auth...)
-	wantErr(t, st, res, 400, bucket.CodeBadRequest)
+	wantErr(t, st, res, 400, errcode.CodeBadRequest)
 	if d := m.Counts().Sub(before); d.Put != 0 {
 		t.Fatalf("bad requests wrote %d objects", d.Put)
 	}

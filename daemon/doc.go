@@ -13,5 +13,6 @@
 // then the node lease, so peers claim everything at once.
 //
 // Open does not probe the store; a caller that has not checked the bucket
-// against the conditional-write contract runs bucket.Probe first.
+// against the conditional-write contract runs probe.Run (package
+// bucket/probe) first.
 package daemon

@@ -13,7 +13,7 @@ import (
 )
 
 // A node daemon in process: open it on a bucket (here an in-memory one;
-// a real store is probed with bucket.Probe first), serve its API, and talk
+// a real store is probed with probe.Run first), serve its API, and talk
 // to it with the Go client.
 func Example() {
 	ctx := context.Background()

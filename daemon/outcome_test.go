@@ -17,6 +17,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/daemon/daemontest"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -135,7 +136,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		var unknown, refused int
 		for _, a := range answers[1:] {
 			switch a.Code {
-			case bucket.CodeAmbiguous:
+			case errcode.CodeAmbiguous:
 				unknown++
 			case "":
 				t.Errorf("acknowledged during the fence: %v", a)
@@ -176,7 +177,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 		var ce *client.Error
 		if !errors.As(err, &ce) {
 			t.Errorf("append %q: %T %v, want a *client.Error", data, err, err)
-			return appendAnswer{Data: data, Status: 503, Code: bucket.CodeOf(err), Applied: string(client.AppliedOf(err))}
+			return appendAnswer{Data: data, Status: 503, Code: errcode.CodeOf(err), Applied: string(client.AppliedOf(err))}
 		}
 		return appendAnswer{Data: data, Status: 503, Code: ce.Code, Applied: string(ce.Applied)}
 	}
@@ -188,7 +189,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	<-la.landed
 	cancel()
 	a := <-got
-	if a.Code != bucket.CodeAmbiguous {
+	if a.Code != errcode.CodeAmbiguous {
 		t.Errorf("cancelled append with its record in the bucket: %v, want DEED-E012", a)
 	}
 	answers = append(answers, a)
@@ -257,18 +258,18 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 		name   string
 		end    func(t *testing.T, d *Daemon, m *fakes3.Mem)
 		status int
-		code   bucket.Code
+		code   errcode.Code
 	}{
 		{"released", func(t *testing.T, d *Daemon, _ *fakes3.Mem) {
 			if _, err := d.release(t.Context(), "c"); err != nil {
 				t.Fatal(err)
 			}
-		}, http.StatusServiceUnavailable, bucket.CodeUnavailable},
+		}, http.StatusServiceUnavailable, errcode.CodeUnavailable},
 		{"node fenced", func(t *testing.T, d *Daemon, m *fakes3.Mem) {
 			m.Inject(fakes3.Rule{Client: "a", Key: owner.NodeKey("a"), Fault: fakes3.ErrBefore})
 			time.Sleep(2 * 2 * time.Second) // fenced, and the dropped log sealed
 			synctest.Wait()
-		}, http.StatusServiceUnavailable, bucket.CodeNodeFenced},
+		}, http.StatusServiceUnavailable, errcode.CodeNodeFenced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

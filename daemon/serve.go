@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // How long the API waits on a client. No endpoint streams or long-polls
@@ -203,10 +203,10 @@ func StartingHandler(cfg APIConfig) http.Handler {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true, "starting": true})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, bucket.Errorf(bucket.CodeNodeFenced, "not ready: starting (store probe, node lease)"))
+		writeError(w, errcode.Errorf(errcode.CodeNodeFenced, "not ready: starting (store probe, node lease)"))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, bucket.Errorf(bucket.CodeUnavailable, "the daemon is starting (store probe, node lease); retry"))
+		writeError(w, errcode.Errorf(errcode.CodeUnavailable, "the daemon is starting (store probe, node lease); retry"))
 	})
 	return guard(cfg, mux)
 }

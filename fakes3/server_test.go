@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
@@ -206,8 +207,8 @@ func TestServerIgnoreConditions(t *testing.T) {
 func TestServerPersists(t *testing.T) {
 	opts := fakes3.ServerOptions{Dir: t.TempDir(), Buckets: []string{"deed-test"}}
 	open := func(url string) bucket.Bucket {
-		b, err := bucket.OpenS3(t.Context(), bucket.Location{Bucket: "deed-test"},
-			bucket.S3Options{Endpoint: url, Credentials: s3test.Credentials()})
+		b, err := s3.Open(t.Context(), bucket.Location{Bucket: "deed-test"},
+			s3.Options{Endpoint: url, Credentials: s3test.Credentials()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,8 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -172,13 +174,13 @@ func TestServerSigV4Presigned(t *testing.T) {
 	wantS3Error(t, "presigned with a wrong secret", st, body, 403, "SignatureDoesNotMatch")
 }
 
-// The SDK's S3 client, through bucket.OpenS3, works against a checking
+// The SDK's S3 client, through s3.Open, works against a checking
 // server with keys that need escaping in the path and the query, and fails
 // with ErrAccessDenied (DEED-E041) with the wrong secret.
 func TestServerSigV4SDKClient(t *testing.T) {
 	_, url := startServer(t, fakes3.ServerOptions{Buckets: []string{"b"}, Credentials: &sigCreds})
 	open := func(c fakes3.Credentials) bucket.Bucket {
-		b, err := bucket.OpenS3(t.Context(), bucket.Location{Bucket: "b"}, bucket.S3Options{Endpoint: url,
+		b, err := s3.Open(t.Context(), bucket.Location{Bucket: "b"}, s3.Options{Endpoint: url,
 			Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return awsCreds(c), nil })})
 		if err != nil {
 			t.Fatal(err)
@@ -200,8 +202,8 @@ func TestServerSigV4SDKClient(t *testing.T) {
 		}
 	}
 	_, err := open(fakes3.Credentials{AccessKeyID: sigCreds.AccessKeyID, SecretAccessKey: "wrong"}).Get(t.Context(), "plain", 0)
-	if bucket.CodeOf(err) != bucket.CodeUnauthorized {
-		t.Fatalf("wrong secret: %v, want %s", err, bucket.CodeUnauthorized)
+	if errcode.CodeOf(err) != errcode.CodeUnauthorized {
+		t.Fatalf("wrong secret: %v, want %s", err, errcode.CodeUnauthorized)
 	}
 }
 

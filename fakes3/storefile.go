@@ -9,7 +9,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // The bbolt file layout checkStoreFile reads (bbolt v1, format version 2):
@@ -68,7 +68,7 @@ func parseBoltMeta(b []byte) (boltMeta, bool) {
 // damaged is never replaced.
 func checkStoreFile(path string) error {
 	corrupt := func(format string, args ...any) error {
-		return bucket.Errorf(bucket.CodeCorruptStore, "corrupt store file %s: %s; it is left untouched (move it away to start an empty store)", path, fmt.Sprintf(format, args...))
+		return errcode.Errorf(errcode.CodeCorruptStore, "corrupt store file %s: %s; it is left untouched (move it away to start an empty store)", path, fmt.Sprintf(format, args...))
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {

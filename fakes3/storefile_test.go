@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -75,7 +75,7 @@ func TestDamagedStoreFileIsRefused(t *testing.T) {
 				srv.Close()
 				t.Fatal("a damaged store file was opened")
 			}
-			if bucket.CodeOf(err) != bucket.CodeCorruptStore || !strings.Contains(err.Error(), path) {
+			if errcode.CodeOf(err) != errcode.CodeCorruptStore || !strings.Contains(err.Error(), path) {
 				t.Fatalf("got %v, want DEED-E032 naming %s", err, path)
 			}
 			if got, _ := os.ReadFile(path); !bytes.Equal(got, c.body) {

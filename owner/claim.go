@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/internal/wait"
 )
 
@@ -33,11 +34,11 @@ func (e *HeldError) Error() string {
 	if addr == "" {
 		addr = "unknown address"
 	}
-	return fmt.Sprintf("%s cell %s is held by live node %s (%s) at epoch %d", bucket.CodeHeld, e.Cell, e.Owner, addr, e.Epoch)
+	return fmt.Sprintf("%s cell %s is held by live node %s (%s) at epoch %d", errcode.CodeHeld, e.Cell, e.Owner, addr, e.Epoch)
 }
 
-// ErrorCode makes bucket.CodeOf report DEED-E020.
-func (e *HeldError) ErrorCode() bucket.Code { return bucket.CodeHeld }
+// ErrorCode makes errcode.CodeOf report DEED-E020.
+func (e *HeldError) ErrorCode() errcode.Code { return errcode.CodeHeld }
 
 // Claim makes this node the owner of cell for a new epoch, following
 // DESIGN.md: create when absent; take over (If-Match, epoch+1) when
@@ -59,16 +60,16 @@ func (n *Node) Claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		return nil, err
 	}
 	if err := n.Err(); err != nil {
-		return nil, bucket.Wrap(err, "claim %s", cell)
+		return nil, errcode.Wrap(err, "claim %s", cell)
 	}
 	l, reason, err := n.claim(ctx, cell, opts)
 	if n.cfg.Hooks.Claim != nil {
 		result := "ok"
-		switch bucket.CodeOf(err) {
+		switch errcode.CodeOf(err) {
 		case "":
-		case bucket.CodeHeld:
+		case errcode.CodeHeld:
 			result = "held"
-		case bucket.CodeCorruptOwner:
+		case errcode.CodeCorruptOwner:
 			result = "corrupt"
 		default:
 			result = "error"
@@ -88,7 +89,7 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 	for attempt := 0; attempt < n.cfg.ClaimAttempts; attempt++ {
 		cur, etag, err := n.read(ctx, cell)
 		if err != nil {
-			return nil, "", bucket.Wrap(err, "claim %s", cell)
+			return nil, "", errcode.Wrap(err, "claim %s", cell)
 		}
 		// Liveness is judged as of now, before the owner's lease is read:
 		// an answer describes the lease when the store served it, and the
@@ -97,12 +98,12 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		var owner Observation
 		if cur.Exists && !cur.Corrupt && !cur.Record.Released() && cur.Record.Node != n.cfg.Name {
 			if owner, err = n.obs.observe(ctx, cur.Record.Node, cur.Record.Inc); err != nil {
-				return nil, "", bucket.Wrap(err, "claim %s", cell)
+				return nil, "", errcode.Wrap(err, "claim %s", cell)
 			}
 		}
 		if cur.Corrupt && opts.Force {
 			if cur.DataEpoch, err = newestDataEpoch(ctx, n.b, cell); err != nil {
-				return nil, "", bucket.Wrap(err, "claim %s", cell)
+				return nil, "", errcode.Wrap(err, "claim %s", cell)
 			}
 		}
 		if brokenWallClockDeath {
@@ -112,10 +113,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		switch d.Action {
 		case RefuseCorrupt:
 			if d.Reason == ReasonEpochOverflow {
-				return nil, d.Reason, bucket.Errorf(bucket.CodeCorruptOwner, "claim %s: corrupt ownership record %s: epoch %d (data epoch %d) has no successor; nothing written",
+				return nil, d.Reason, errcode.Errorf(errcode.CodeCorruptOwner, "claim %s: corrupt ownership record %s: epoch %d (data epoch %d) has no successor; nothing written",
 					cell, key, cur.Record.Epoch, cur.DataEpoch)
 			}
-			return nil, d.Reason, bucket.Wrap(cur.parseErr(key), "claim %s", cell)
+			return nil, d.Reason, errcode.Wrap(cur.parseErr(key), "claim %s", cell)
 		case Refuse:
 			return nil, d.Reason, &HeldError{Cell: cell, Owner: cur.Record.Node, Addr: owner.Addr, Epoch: cur.Record.Epoch}
 		}
@@ -135,19 +136,19 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		case errors.Is(err, bucket.ErrConflict):
 			lastErr = err
 			if err := wait.Sleep(ctx, wait.Backoff{Min: backoffStep(p), Max: backoffStep(p) << 5}.Delay(attempt)); err != nil {
-				return nil, "", bucket.Wrap(err, "claim %s", cell)
+				return nil, "", errcode.Wrap(err, "claim %s", cell)
 			}
 			continue
 		case bucket.Permanent(err):
 			// Refused as such (credentials, an endpoint that is not S3):
 			// nothing was written.
-			return nil, "", bucket.Wrap(err, "claim %s", cell)
+			return nil, "", errcode.Wrap(err, "claim %s", cell)
 		default:
 			// Ambiguous (or transient): the write may have landed.
 			lastErr = err
 			applied, got, rerr := n.reconcile(ctx, key, rec)
 			if rerr != nil {
-				return nil, "", bucket.Errorf(bucket.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr)
+				return nil, "", errcode.Errorf(errcode.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr)
 			}
 			if !applied {
 				continue
@@ -159,12 +160,12 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			// The record names this node at rec.Epoch, but the node stopped
 			// acting before the claim landed; peers take the cell over once
 			// they see it dead.
-			return nil, d.Reason, bucket.Wrap(err, "claim %s", cell)
+			return nil, d.Reason, errcode.Wrap(err, "claim %s", cell)
 		}
 		n.log.Info("claimed", "cell", cell, "epoch", rec.Epoch, "reason", d.Reason, "prev_node", cur.Record.Node)
 		return l, d.Reason, nil
 	}
-	return nil, "", bucket.Errorf(bucket.CodeUnavailable, "claim %s: gave up after %d attempts: %w", cell, n.cfg.ClaimAttempts, lastErr)
+	return nil, "", errcode.Errorf(errcode.CodeUnavailable, "claim %s: gave up after %d attempts: %w", cell, n.cfg.ClaimAttempts, lastErr)
 }
 
 // read returns own.json as a Current plus its ETag.
@@ -189,7 +190,7 @@ func (n *Node) read(ctx context.Context, cell string) (Current, string, error) {
 }
 
 func (c Current) parseErr(key string) error {
-	return bucket.Errorf(bucket.CodeCorruptOwner, "corrupt ownership record %s (use force to overwrite it)", key)
+	return errcode.Errorf(errcode.CodeCorruptOwner, "corrupt ownership record %s (use force to overwrite it)", key)
 }
 
 // reconcile reads the record back after an ambiguous write: it applied iff
@@ -236,7 +237,7 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 	n.hints.drop(cell) // the lease knows its ETag while it is held
 	n.mu.Unlock()
 	if old != nil {
-		old.end(bucket.Errorf(bucket.CodeSuperseded, "lease lost: cell %s epoch %d superseded by re-entry at epoch %d", cell, old.epoch, rec.Epoch))
+		old.end(errcode.Errorf(errcode.CodeSuperseded, "lease lost: cell %s epoch %d superseded by re-entry at epoch %d", cell, old.epoch, rec.Epoch))
 	}
 	return l
 }
@@ -255,7 +256,7 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	default:
 		applied, got, rerr := n.reconcile(ctx, key, rec)
 		if rerr != nil {
-			return bucket.Errorf(bucket.CodeAmbiguous, "release %s: outcome unknown: %v (read back: %w)", l.cell, err, rerr)
+			return errcode.Errorf(errcode.CodeAmbiguous, "release %s: outcome unknown: %v (read back: %w)", l.cell, err, rerr)
 		}
 		if !applied {
 			// Either it did not land (the record reconcile read is still
@@ -263,7 +264,7 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 			// someone took over. No second read: its failure would be
 			// mistaken for a takeover.
 			if bucket.SameETag(got, l.etag) {
-				return bucket.Wrap(err, "release %s", l.cell)
+				return errcode.Wrap(err, "release %s", l.cell)
 			}
 			l.Supersede(fmt.Errorf("own.json changed since the claim"))
 			return l.Err()
@@ -275,7 +276,7 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	n.mu.Lock()
 	n.hints.note(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch}, false)
 	n.mu.Unlock()
-	l.end(bucket.Errorf(bucket.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
+	l.end(errcode.Errorf(errcode.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
 	n.log.Info("released", "cell", l.cell, "epoch", l.epoch)
 	return nil
 }
@@ -314,10 +315,10 @@ func ReleaseCell(ctx context.Context, b bucket.Bucket, cell, node string, force 
 	for attempt := 0; attempt < 8; attempt++ {
 		obj, err := getRecord(ctx, b, key, "ownership record")
 		if errors.Is(err, bucket.ErrNotFound) {
-			return Record{}, bucket.Errorf(bucket.CodeNotHolder, "release %s: cell was never claimed", cell)
+			return Record{}, errcode.Errorf(errcode.CodeNotHolder, "release %s: cell was never claimed", cell)
 		}
 		if err != nil && !errors.Is(err, bucket.ErrTooLarge) {
-			return Record{}, bucket.Wrap(err, "release %s", cell)
+			return Record{}, errcode.Wrap(err, "release %s", cell)
 		}
 		cur, perr := ParseRecord(key, obj.Body)
 		if err != nil {
@@ -325,11 +326,11 @@ func ReleaseCell(ctx context.Context, b bucket.Bucket, cell, node string, force 
 		}
 		switch {
 		case perr != nil && !force:
-			return Record{}, bucket.Wrap(perr, "release %s", cell)
+			return Record{}, errcode.Wrap(perr, "release %s", cell)
 		case perr == nil && cur.Released():
 			return cur, nil
 		case perr == nil && cur.Node != node && !force:
-			return cur, bucket.Errorf(bucket.CodeNotHolder, "release %s: not the holder: held by %s at epoch %d, not %s", cell, cur.Node, cur.Epoch, node)
+			return cur, errcode.Errorf(errcode.CodeNotHolder, "release %s: not the holder: held by %s at epoch %d, not %s", cell, cur.Node, cur.Epoch, node)
 		}
 		rec := Record{Node: "", Epoch: cur.Epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli()}
 		if perr != nil {
@@ -352,10 +353,10 @@ func ReleaseCell(ctx context.Context, b bucket.Bucket, cell, node string, force 
 				}
 				continue
 			}
-			return Record{}, bucket.Errorf(bucket.CodeAmbiguous, "release %s: outcome unknown: %v", cell, err)
+			return Record{}, errcode.Errorf(errcode.CodeAmbiguous, "release %s: outcome unknown: %v", cell, err)
 		}
 	}
-	return Record{}, bucket.Errorf(bucket.CodeUnavailable, "release %s: record kept changing", cell)
+	return Record{}, errcode.Errorf(errcode.CodeUnavailable, "release %s: record kept changing", cell)
 }
 
 // Inspect reads a cell's ownership record. exists is false for a cell never
@@ -369,7 +370,7 @@ func Inspect(ctx context.Context, b bucket.Bucket, cell string) (rec Record, exi
 		return Record{}, false, nil
 	}
 	if err != nil {
-		return Record{}, false, bucket.Wrap(err, "inspect %s", cell)
+		return Record{}, false, errcode.Wrap(err, "inspect %s", cell)
 	}
 	rec, err = ParseRecord(CellKey(cell), obj.Body)
 	return rec, err == nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // maxHints bounds how many cells a node remembers (see hintTable): about
@@ -144,11 +145,11 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 		n.log.Debug("first claim write refused; reading", "cell", cell, "guess", d.Reason, "err", err)
 		return nil, "", nil, false
 	case bucket.Permanent(err):
-		return nil, "", bucket.Wrap(err, "claim %s", cell), true
+		return nil, "", errcode.Wrap(err, "claim %s", cell), true
 	default:
 		applied, got, rerr := n.reconcile(ctx, key, rec)
 		if rerr != nil {
-			return nil, "", bucket.Errorf(bucket.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr), true
+			return nil, "", errcode.Errorf(errcode.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr), true
 		}
 		if !applied {
 			n.mu.Lock()
@@ -165,7 +166,7 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 	n.mu.Unlock()
 	l = n.mint(cell, rec, newETag)
 	if err := l.Err(); err != nil {
-		return nil, d.Reason, bucket.Wrap(err, "claim %s", cell), true
+		return nil, d.Reason, errcode.Wrap(err, "claim %s", cell), true
 	}
 	n.log.Info("claimed", "cell", cell, "epoch", rec.Epoch, "reason", d.Reason, "prev_node", "")
 	return l, d.Reason, nil, true

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -95,7 +95,7 @@ func TestFirstCreateOnCorruptRecordIsRefused(t *testing.T) {
 	a := newNode(t, m, "a")
 	var err error
 	c := counted(m, func() { _, err = a.Claim(t.Context(), "c", owner.ClaimOptions{}) })
-	mustCode(t, err, bucket.CodeCorruptOwner)
+	mustCode(t, err, errcode.CodeCorruptOwner)
 	wantCounts(t, "corrupt record", c, fakes3.Counts{Get: 1, Put: 1})
 	if body, _ := m.Bytes(owner.CellKey("c")); string(body) != "not json" {
 		t.Fatal("corrupt record was overwritten")
@@ -114,10 +114,10 @@ func TestHeldCellIsReadFirstOnceKnown(t *testing.T) {
 		}
 		var err error
 		c := counted(m, func() { _, err = b.Claim(t.Context(), "c", owner.ClaimOptions{}) })
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		wantCounts(t, "first claim of a held cell", c, fakes3.Counts{Get: 1, Put: 1})
 		c = counted(m, func() { _, err = b.Claim(t.Context(), "c", owner.ClaimOptions{}) })
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		wantCounts(t, "second claim of a held cell", c, fakes3.Counts{Get: 1})
 	})
 }
@@ -155,16 +155,16 @@ func TestFirstWriteAmbiguity(t *testing.T) {
 		released bool // the first write is the If-Match re-claim
 		fault    fakes3.Fault
 		readDown bool // every read fails too
-		code     bucket.Code
+		code     errcode.Code
 		epoch    uint64
 	}{
 		{name: "create landed, answer lost", fault: fakes3.ErrAfter, epoch: 1},
 		{name: "create did not land", fault: fakes3.ErrBefore, epoch: 1},
-		{name: "create unknown, reads fail", fault: fakes3.ErrAfter, readDown: true, code: bucket.CodeAmbiguous},
-		{name: "create answered 503, reads fail", fault: fakes3.SlowDown, readDown: true, code: bucket.CodeAmbiguous},
+		{name: "create unknown, reads fail", fault: fakes3.ErrAfter, readDown: true, code: errcode.CodeAmbiguous},
+		{name: "create answered 503, reads fail", fault: fakes3.SlowDown, readDown: true, code: errcode.CodeAmbiguous},
 		{name: "re-claim landed, answer lost", released: true, fault: fakes3.ErrAfter, epoch: 2},
 		{name: "re-claim did not land", released: true, fault: fakes3.ErrBefore, epoch: 2},
-		{name: "re-claim unknown, reads fail", released: true, fault: fakes3.ErrAfter, readDown: true, code: bucket.CodeAmbiguous},
+		{name: "re-claim unknown, reads fail", released: true, fault: fakes3.ErrAfter, readDown: true, code: errcode.CodeAmbiguous},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Action is what a claim decided to do.
@@ -257,7 +257,7 @@ const (
 // goes through it.
 func ValidateTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
-		return bucket.Errorf(bucket.CodeBadRequest, "invalid ttl %v: must be %v..%v", ttl, MinTTL, MaxTTL)
+		return errcode.Errorf(errcode.CodeBadRequest, "invalid ttl %v: must be %v..%v", ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }
@@ -268,7 +268,7 @@ func (p Params) Validate() error {
 		return err
 	}
 	if p.Margin < 0 || p.Margin >= p.TTL/3 {
-		return bucket.Errorf(bucket.CodeBadRequest, "invalid timings: need 0 <= margin (%v) < ttl/3 (%v)", p.Margin, p.TTL/3)
+		return errcode.Errorf(errcode.CodeBadRequest, "invalid timings: need 0 <= margin (%v) < ttl/3 (%v)", p.Margin, p.TTL/3)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 func TestDecide(t *testing.T) {
@@ -153,7 +153,7 @@ func TestValidateName(t *testing.T) {
 	}
 	for _, n := range bad {
 		err := ValidateName("cell", n)
-		if bucket.CodeOf(err) != bucket.CodeInvalidName || !strings.HasPrefix(err.Error(), "DEED-E001") {
+		if errcode.CodeOf(err) != errcode.CodeInvalidName || !strings.HasPrefix(err.Error(), "DEED-E001") {
 			t.Errorf("%q: got %v, want DEED-E001", n, err)
 		}
 	}
@@ -161,7 +161,7 @@ func TestValidateName(t *testing.T) {
 
 func TestParseRecord(t *testing.T) {
 	for _, body := range []string{"", "{", "[]", `{"node":"a"}`, `{"node":"a/b","epoch":1,"nonce":"x"}`, `{"node":"a","epoch":0,"nonce":"x"}`} {
-		if _, err := ParseRecord("k", []byte(body)); bucket.CodeOf(err) != bucket.CodeCorruptOwner {
+		if _, err := ParseRecord("k", []byte(body)); errcode.CodeOf(err) != errcode.CodeCorruptOwner {
 			t.Errorf("%q: got %v, want DEED-E030", body, err)
 		}
 	}

@@ -4,14 +4,14 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
 
 func ExampleNode_Claim() {
 	ctx := context.Background()
-	b := fakes3.NewMem() // or bucket.OpenS3(ctx, loc, opts)
+	b := fakes3.NewMem() // or s3.Open(ctx, loc, opts), package bucket/s3
 
 	// node-a opens its node lease: while it renews it, node-a is alive to
 	// its peers, and it re-reads the record of each cell it holds every
@@ -33,7 +33,7 @@ func ExampleNode_Claim() {
 	// takes the cell, and its new epoch fences node-a.
 	b2, _ := owner.NewNode(b, owner.Config{Name: "node-b"})
 	_, err = b2.Claim(ctx, "tenant-42", owner.ClaimOptions{})
-	fmt.Println(bucket.CodeOf(err))
+	fmt.Println(errcode.CodeOf(err))
 	l2, _ := b2.Claim(ctx, "tenant-42", owner.ClaimOptions{Force: true})
 	fmt.Println(l2.Node(), l2.Epoch())
 
@@ -72,9 +72,9 @@ func ExampleNode_With() {
 	})
 	fmt.Println(err)
 	_, err = n.Claim(ctx, "bad/name", owner.ClaimOptions{})
-	fmt.Println(bucket.CodeOf(err), bucket.CodeOf(err).ExitStatus())
+	fmt.Println(errcode.CodeOf(err))
 	// Output:
 	// exclusive work as epoch 1
 	// <nil>
-	// DEED-E001 2
+	// DEED-E001
 }

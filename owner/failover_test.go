@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/benchtest"
 	"github.com/deedkit/deed/owner"
@@ -109,7 +110,7 @@ func failover(t *testing.T, rng *rand.Rand, ttl, rtt, every time.Duration) failo
 			}
 			break
 		}
-		if bucket.CodeOf(err) != bucket.CodeHeld {
+		if errcode.CodeOf(err) != errcode.CodeHeld {
 			t.Fatalf("claim: %v", err)
 		}
 		if wait := time.Until(killAt); !dead && wait < every {

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -30,7 +30,7 @@ func TestClaimRaceOneWinner(t *testing.T) {
 				wg.Go(func() {
 					l, err := n.Claim(t.Context(), "c", owner.ClaimOptions{})
 					if err != nil {
-						if bucket.CodeOf(err) != bucket.CodeHeld {
+						if errcode.CodeOf(err) != errcode.CodeHeld {
 							t.Errorf("round %d: %v", round, err)
 						}
 						return
@@ -65,7 +65,7 @@ func TestForcedClaimRaceEpochsUnique(t *testing.T) {
 			wg.Go(func() {
 				l, err := n.Claim(t.Context(), "c", owner.ClaimOptions{Force: true})
 				if err != nil {
-					if bucket.CodeOf(err) != bucket.CodeUnavailable { // gave up after contention
+					if errcode.CodeOf(err) != errcode.CodeUnavailable { // gave up after contention
 						t.Error(err)
 					}
 					return
@@ -87,7 +87,7 @@ func TestForcedClaimRaceEpochsUnique(t *testing.T) {
 			t.Fatalf("record %+v, newest winner epoch %d", r, last.Epoch())
 		}
 		for _, l := range wins[:len(wins)-1] {
-			mustCode(t, l.Release(t.Context()), bucket.CodeSuperseded)
+			mustCode(t, l.Release(t.Context()), errcode.CodeSuperseded)
 		}
 		if err := last.Release(t.Context()); err != nil {
 			t.Fatal(err)
@@ -102,7 +102,7 @@ func TestClaimFaults(t *testing.T) {
 		name  string
 		rule  fakes3.Rule
 		ok    bool
-		code  bucket.Code
+		code  errcode.Code
 		puts  int64 // PUTs the claim sent
 		epoch uint64
 	}{
@@ -116,8 +116,8 @@ func TestClaimFaults(t *testing.T) {
 		{"hung request", fakes3.Rule{Op: fakes3.OpPut, Fault: fakes3.Drop, Times: 1}, true, "", 2, 1},
 		// The claim's first request is the create-only PUT: with the
 		// store down its outcome cannot be learned, which is DEED-E012.
-		{"store down", fakes3.Rule{Fault: fakes3.ErrBefore}, false, bucket.CodeAmbiguous, 0, 0},
-		{"writes always ambiguous, reads down", fakes3.Rule{Op: fakes3.OpPut, Fault: fakes3.ErrBefore}, false, bucket.CodeUnavailable, 8, 0},
+		{"store down", fakes3.Rule{Fault: fakes3.ErrBefore}, false, errcode.CodeAmbiguous, 0, 0},
+		{"writes always ambiguous, reads down", fakes3.Rule{Op: fakes3.OpPut, Fault: fakes3.ErrBefore}, false, errcode.CodeUnavailable, 8, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -163,7 +163,7 @@ func TestReleaseLostResponse(t *testing.T) {
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	mustCode(t, l.Err(), bucket.CodeReleased)
+	mustCode(t, l.Err(), errcode.CodeReleased)
 	if r := record(t, m, "c"); !r.Released() {
 		t.Fatalf("%+v", r)
 	}
@@ -179,7 +179,7 @@ func TestPartitionedNode(t *testing.T) {
 		// The create-only PUT went out first; a reset connection leaves its
 		// outcome unknown, and the read-back cannot get through either.
 		_, err := a.Claim(t.Context(), "c", owner.ClaimOptions{})
-		mustCode(t, err, bucket.CodeAmbiguous)
+		mustCode(t, err, errcode.CodeAmbiguous)
 		if _, ok := m.Bytes(owner.CellKey("c")); ok {
 			t.Fatal("partitioned claim wrote")
 		}

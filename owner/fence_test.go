@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -39,7 +40,7 @@ func TestCloseWithUnreleasableLeaseDoesNotHang(t *testing.T) {
 	case <-time.After(time.Minute): // a watchdog only: Close needs no time
 		t.Fatal("Close hung")
 	}
-	mustCode(t, l.Err(), bucket.CodeNodeFenced)
+	mustCode(t, l.Err(), errcode.CodeNodeFenced)
 	if _, held := a.Lease("c"); held {
 		t.Fatal("the closed node still holds the lease")
 	}
@@ -79,7 +80,7 @@ func TestCloseStopsActingBeforeItStopsRenewing(t *testing.T) {
 		if l.Err() == nil {
 			t.Fatal("a peer may call a dead while its lease is still valid")
 		}
-		mustCode(t, l.Err(), bucket.CodeNodeFenced)
+		mustCode(t, l.Err(), errcode.CodeNodeFenced)
 		<-done
 	})
 }

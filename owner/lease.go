@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Lease is the capability to act as a cell's owner for one epoch.
@@ -63,7 +63,7 @@ func (l *Lease) Done() <-chan struct{} {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Err is nil while the lease is valid. After it ends it is a *bucket.Error
+// Err is nil while the lease is valid. After it ends it is a *errcode.Error
 // with DEED-E022 (released), DEED-E021 (superseded) or DEED-E025 (node
 // fenced). A zero or nil lease reports DEED-E023.
 func (l *Lease) Err() error {
@@ -75,7 +75,7 @@ func (l *Lease) Err() error {
 	return l.err
 }
 
-var errInvalidLease = bucket.Errorf(bucket.CodeInvalidLease, "invalid lease: not minted by a claim")
+var errInvalidLease = errcode.Errorf(errcode.CodeInvalidLease, "invalid lease: not minted by a claim")
 
 // Check returns the error a data-path call must fail with when it is handed
 // this lease: nil only for a live lease minted by a claim.
@@ -84,7 +84,7 @@ func (l *Lease) Check() error { return l.Err() }
 // Supersede ends the lease because a newer epoch fenced it (the data path
 // found a seal or tombstone at its own slot). cause is kept for diagnosis.
 func (l *Lease) Supersede(cause error) {
-	l.end(bucket.Errorf(bucket.CodeSuperseded, "lease lost: cell %s epoch %d superseded: %w", l.cell, l.epoch, cause))
+	l.end(errcode.Errorf(errcode.CodeSuperseded, "lease lost: cell %s epoch %d superseded: %w", l.cell, l.epoch, cause))
 }
 
 // end records the first reason the lease ended and closes Done.

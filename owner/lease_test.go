@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -36,12 +36,12 @@ func TestAfterEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			if err := <-got; bucket.CodeOf(err) != bucket.CodeReleased {
-				t.Fatalf("AfterEnd saw %v, want %s", err, bucket.CodeReleased)
+			if err := <-got; errcode.CodeOf(err) != errcode.CodeReleased {
+				t.Fatalf("AfterEnd saw %v, want %s", err, errcode.CodeReleased)
 			}
 		}
 		l.AfterEnd(func() { got <- l.Err() }) // already ended: runs at once
-		if err := <-got; bucket.CodeOf(err) != bucket.CodeReleased {
+		if err := <-got; errcode.CodeOf(err) != errcode.CodeReleased {
 			t.Fatalf("late AfterEnd saw %v", err)
 		}
 		var zero owner.Lease
@@ -89,7 +89,7 @@ func TestNodeFenceDeadline(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 		synctest.Wait()
-		if bucket.CodeOf(n.Err()) != bucket.CodeNodeFenced {
+		if errcode.CodeOf(n.Err()) != errcode.CodeNodeFenced {
 			t.Fatalf("after the deadline: %v", n.Err())
 		}
 	})

@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/benchtest"
 	"github.com/deedkit/deed/owner"
@@ -30,13 +30,13 @@ func TestOversizedOwnershipRecord(t *testing.T) {
 		}
 	}()
 	_, err := n.Claim(t.Context(), "c", owner.ClaimOptions{})
-	mustCode(t, err, bucket.CodeCorruptOwner)
+	mustCode(t, err, errcode.CodeCorruptOwner)
 	if body, _ := m.Bytes(key); len(body) != 64<<20 {
 		t.Fatalf("a refused claim wrote own.json (%d bytes now)", len(body))
 	}
 	_, _, err = owner.Inspect(t.Context(), b, "c")
-	mustCode(t, err, bucket.CodeCorruptOwner)
-	if _, err := owner.ReleaseCell(t.Context(), b, "c", "a", false); bucket.CodeOf(err) != bucket.CodeCorruptOwner {
+	mustCode(t, err, errcode.CodeCorruptOwner)
+	if _, err := owner.ReleaseCell(t.Context(), b, "c", "a", false); errcode.CodeOf(err) != errcode.CodeCorruptOwner {
 		t.Fatalf("release of an oversized record: %v, want DEED-E030", err)
 	}
 	l, err := n.Claim(t.Context(), "c", owner.ClaimOptions{Force: true})
@@ -67,7 +67,7 @@ func TestClaimAtTheLargestEpochWritesNothing(t *testing.T) {
 			body, _ := jsonMarshal(owner.Record{Node: c.node, Epoch: math.MaxUint64, Nonce: "n", AtMS: 1})
 			m.Set(key, body)
 			_, err := newNode(t, m, "a").Claim(t.Context(), "c", owner.ClaimOptions{Force: c.force})
-			mustCode(t, err, bucket.CodeCorruptOwner)
+			mustCode(t, err, errcode.CodeCorruptOwner)
 			if got, _ := m.Bytes(key); !bytes.Equal(got, body) {
 				t.Fatalf("own.json changed to %s", got)
 			}
@@ -81,7 +81,7 @@ func TestClaimAtTheLargestEpochWritesNothing(t *testing.T) {
 		m.Set(key, []byte("garbage"))
 		m.Set(fmt.Sprintf("%sltx/e%d/0000000000000001.ltx", owner.CellPrefix("c"), uint64(math.MaxUint64)), []byte("x"))
 		_, err := newNode(t, m, "a").Claim(t.Context(), "c", owner.ClaimOptions{Force: true})
-		mustCode(t, err, bucket.CodeCorruptOwner)
+		mustCode(t, err, errcode.CodeCorruptOwner)
 		if got, _ := m.Bytes(key); string(got) != "garbage" {
 			t.Fatalf("own.json changed to %s", got)
 		}
@@ -103,7 +103,7 @@ func TestTTLRange(t *testing.T) {
 		{-time.Second, false},
 	} {
 		err := owner.ValidateTTL(c.ttl)
-		if (err == nil) != c.ok || (err != nil && bucket.CodeOf(err) != bucket.CodeBadRequest) {
+		if (err == nil) != c.ok || (err != nil && errcode.CodeOf(err) != errcode.CodeBadRequest) {
 			t.Errorf("ValidateTTL(%v) = %v, want ok=%v", c.ttl, err, c.ok)
 		}
 		_, err = owner.NewNode(fakes3.NewMem(), owner.Config{Name: "a", TTL: c.ttl})
@@ -147,7 +147,7 @@ func TestObserverJudgesGarbageLeasesByETag(t *testing.T) {
 			if (v.Corrupt == "") != (v.Node == "ok") || !v.Exists || !v.Alive {
 				t.Errorf("%s: %+v; want exists, alive (not yet judged) and corrupt unless it is the valid lease", v.Node, v)
 			}
-			if v.Corrupt != "" && !strings.HasPrefix(v.Corrupt, string(bucket.CodeCorruptOwner)) {
+			if v.Corrupt != "" && !strings.HasPrefix(v.Corrupt, string(errcode.CodeCorruptOwner)) {
 				t.Errorf("%s: corrupt %q", v.Node, v.Corrupt)
 			}
 		}

@@ -1,7 +1,7 @@
 package owner
 
 import (
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // MaxNameLen bounds cell and node names. 200 bytes keeps every derived key
@@ -13,18 +13,18 @@ const MaxNameLen = 200
 // Names are checked before any request is sent, so a bad name writes nothing.
 func ValidateName(kind, name string) error {
 	if name == "" {
-		return bucket.Errorf(bucket.CodeInvalidName, "invalid %s name: empty", kind)
+		return errcode.Errorf(errcode.CodeInvalidName, "invalid %s name: empty", kind)
 	}
 	if len(name) > MaxNameLen {
-		return bucket.Errorf(bucket.CodeInvalidName, "invalid %s name %.32q...: %d bytes, limit %d", kind, name, len(name), MaxNameLen)
+		return errcode.Errorf(errcode.CodeInvalidName, "invalid %s name %.32q...: %d bytes, limit %d", kind, name, len(name), MaxNameLen)
 	}
 	if name == "." || name == ".." {
-		return bucket.Errorf(bucket.CodeInvalidName, "invalid %s name %q", kind, name)
+		return errcode.Errorf(errcode.CodeInvalidName, "invalid %s name %q", kind, name)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return bucket.Errorf(bucket.CodeInvalidName, "invalid %s name %q: byte %d (%q) is not one of [A-Za-z0-9._-]", kind, name, i, c)
+			return errcode.Errorf(errcode.CodeInvalidName, "invalid %s name %q: byte %d (%q) is not one of [A-Za-z0-9._-]", kind, name, i, c)
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/internal/wait"
 )
 
@@ -118,7 +119,7 @@ func NewNode(b bucket.Bucket, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if len(cfg.Addr) > MaxAddrLen {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "node %s: address of %d bytes, limit %d", cfg.Name, len(cfg.Addr), MaxAddrLen)
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "node %s: address of %d bytes, limit %d", cfg.Name, len(cfg.Addr), MaxAddrLen)
 	}
 	if cfg.ClaimAttempts <= 0 {
 		cfg.ClaimAttempts = 8
@@ -212,7 +213,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.mu.Unlock()
 	sent, err := n.acquire(ctx)
 	if err != nil {
-		return bucket.Wrap(err, "open node %s", n.cfg.Name)
+		return errcode.Wrap(err, "open node %s", n.cfg.Name)
 	}
 	n.observeSelf()
 	if err := n.obs.Refresh(ctx); err != nil {
@@ -261,7 +262,7 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 				now := time.Now()
 				if watchedETag == "" || !bucket.SameETag(watchedETag, obj.ETag) {
 					if watchedETag != "" {
-						return time.Time{}, bucket.Errorf(bucket.CodeHeld, "node id %s is in use by a live process (incarnation %s, addr %s)", n.cfg.Name, rec.Incarnation, rec.Addr)
+						return time.Time{}, errcode.Errorf(errcode.CodeHeld, "node id %s is in use by a live process (incarnation %s, addr %s)", n.cfg.Name, rec.Incarnation, rec.Addr)
 					}
 					watchedETag, watchedSince = obj.ETag, now
 				}
@@ -529,7 +530,7 @@ func (n *Node) setETag(etag string) {
 
 // fence stops the node acting as owner: every lease ends with DEED-E025.
 func (n *Node) fence(reason string, cause error) {
-	err := bucket.Errorf(bucket.CodeNodeFenced, "node fenced (%s): %s: %w", reason, n.cfg.Name, cause)
+	err := errcode.Errorf(errcode.CodeNodeFenced, "node fenced (%s): %s: %w", reason, n.cfg.Name, cause)
 	n.mu.Lock()
 	if n.ferr != nil {
 		n.mu.Unlock()
@@ -587,7 +588,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Lock()
 	var unreleased []*Lease
 	if n.ferr == nil {
-		n.ferr = bucket.Errorf(bucket.CodeNodeFenced, "node fenced (closed): %s", n.cfg.Name)
+		n.ferr = errcode.Errorf(errcode.CodeNodeFenced, "node fenced (closed): %s", n.cfg.Name)
 		unreleased = n.takeHeld()
 		close(n.fenced)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -39,9 +40,9 @@ func openNode(t *testing.T, m *fakes3.Mem, name string) *owner.Node {
 	return n
 }
 
-func mustCode(t *testing.T, err error, code bucket.Code) {
+func mustCode(t *testing.T, err error, code errcode.Code) {
 	t.Helper()
-	if bucket.CodeOf(err) != code || !strings.HasPrefix(err.Error(), string(code)) {
+	if errcode.CodeOf(err) != code || !strings.HasPrefix(err.Error(), string(code)) {
 		t.Fatalf("got %v, want an error starting with %s", err, code)
 	}
 }
@@ -68,7 +69,7 @@ func TestOneHolderAtATime(t *testing.T) {
 			t.Fatalf("claim: %v %+v", err, la)
 		}
 		_, err = b.Claim(t.Context(), "c1", owner.ClaimOptions{})
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		var held *owner.HeldError
 		if !errors.As(err, &held) || held.Owner != "a" || held.Addr != "a:7480" || held.Epoch != 1 {
 			t.Fatalf("held error must name the owner and its address: %#v", held)
@@ -76,7 +77,7 @@ func TestOneHolderAtATime(t *testing.T) {
 		// Still held after several TTLs: a keeps renewing.
 		time.Sleep(4 * ttl)
 		_, err = b.Claim(t.Context(), "c1", owner.ClaimOptions{})
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		if la.Err() != nil {
 			t.Fatalf("holder lost its lease: %v", la.Err())
 		}
@@ -95,8 +96,8 @@ func TestReentryBumpsEpochAndFencesPreviousIncarnation(t *testing.T) {
 	if err != nil || l2.Epoch() != 2 {
 		t.Fatalf("re-entry: %v epoch %d, want epoch 2", err, l2.Epoch())
 	}
-	mustCode(t, l1.Release(t.Context()), bucket.CodeSuperseded)
-	mustCode(t, l1.Err(), bucket.CodeSuperseded)
+	mustCode(t, l1.Release(t.Context()), errcode.CodeSuperseded)
+	mustCode(t, l1.Err(), errcode.CodeSuperseded)
 	select {
 	case <-l1.Done():
 	default:
@@ -110,7 +111,7 @@ func TestReentryBumpsEpochAndFencesPreviousIncarnation(t *testing.T) {
 	if err != nil || l3.Epoch() != 3 {
 		t.Fatal(err)
 	}
-	mustCode(t, l2.Err(), bucket.CodeSuperseded)
+	mustCode(t, l2.Err(), errcode.CodeSuperseded)
 	if got, _ := restarted.Lease("c"); got != l3 {
 		t.Fatal("node does not track the newest lease")
 	}
@@ -130,7 +131,7 @@ func TestDeadNodeCellIsTakenOver(t *testing.T) {
 		for lb == nil {
 			lb, err = b.Claim(t.Context(), "c", owner.ClaimOptions{})
 			if err != nil {
-				mustCode(t, err, bucket.CodeHeld)
+				mustCode(t, err, errcode.CodeHeld)
 				time.Sleep(100 * time.Millisecond)
 			}
 		}
@@ -142,8 +143,8 @@ func TestDeadNodeCellIsTakenOver(t *testing.T) {
 			t.Fatalf("epoch %d", lb.Epoch())
 		}
 		<-la.Done()
-		mustCode(t, la.Err(), bucket.CodeNodeFenced)
-		mustCode(t, a.Err(), bucket.CodeNodeFenced)
+		mustCode(t, la.Err(), errcode.CodeNodeFenced)
+		mustCode(t, a.Err(), errcode.CodeNodeFenced)
 		m.Partition("a", false)
 	})
 }
@@ -160,7 +161,7 @@ func TestStalledHolderCannotAct(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = la.Release(t.Context())
-	mustCode(t, err, bucket.CodeSuperseded)
+	mustCode(t, err, errcode.CodeSuperseded)
 	if r := record(t, m, "c"); r.Node != "b" || r.Epoch != 2 {
 		t.Fatalf("stale holder's release changed the record: %+v", r)
 	}
@@ -174,8 +175,8 @@ func TestReleaseLetsNextClaimerInAtOnce(t *testing.T) {
 		if err := la.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		mustCode(t, la.Err(), bucket.CodeReleased)
-		mustCode(t, la.Release(t.Context()), bucket.CodeReleased)
+		mustCode(t, la.Err(), errcode.CodeReleased)
+		mustCode(t, la.Release(t.Context()), errcode.CodeReleased)
 		start := time.Now()
 		lb, err := b.Claim(t.Context(), "c", owner.ClaimOptions{})
 		if err != nil || lb.Epoch() != 2 || time.Since(start) != 0 {
@@ -186,10 +187,10 @@ func TestReleaseLetsNextClaimerInAtOnce(t *testing.T) {
 
 func TestZeroLeaseIsInvalid(t *testing.T) {
 	var zero owner.Lease
-	mustCode(t, zero.Err(), bucket.CodeInvalidLease)
-	mustCode(t, zero.Release(t.Context()), bucket.CodeInvalidLease)
+	mustCode(t, zero.Err(), errcode.CodeInvalidLease)
+	mustCode(t, zero.Release(t.Context()), errcode.CodeInvalidLease)
 	var nilLease *owner.Lease
-	mustCode(t, nilLease.Check(), bucket.CodeInvalidLease)
+	mustCode(t, nilLease.Check(), errcode.CodeInvalidLease)
 	select {
 	case <-zero.Done():
 	default:
@@ -263,7 +264,7 @@ func TestFenceStrictlyBeforeDeath(t *testing.T) {
 				if fencedAt.IsZero() || !fencedAt.Before(deadAt) {
 					t.Fatalf("fenced at %v, observer called it dead at %v", fencedAt, deadAt)
 				}
-				mustCode(t, a.Err(), bucket.CodeNodeFenced)
+				mustCode(t, a.Err(), errcode.CodeNodeFenced)
 			})
 		})
 	}
@@ -280,11 +281,11 @@ func TestNodeLeaseReplacedFencesAtOnce(t *testing.T) {
 		if d := time.Since(start); d > ttl/3 {
 			t.Fatalf("fenced %v after replacement; want at the next renewal", d)
 		}
-		mustCode(t, l.Err(), bucket.CodeNodeFenced)
+		mustCode(t, l.Err(), errcode.CodeNodeFenced)
 		if !strings.Contains(a.Err().Error(), "replaced") {
 			t.Fatalf("fence reason: %v", a.Err())
 		}
-		if _, err := a.Claim(t.Context(), "d", owner.ClaimOptions{}); bucket.CodeOf(err) != bucket.CodeNodeFenced {
+		if _, err := a.Claim(t.Context(), "d", owner.ClaimOptions{}); errcode.CodeOf(err) != errcode.CodeNodeFenced {
 			t.Fatalf("a fenced node claimed: %v", err)
 		}
 	})
@@ -296,7 +297,7 @@ func TestNodeIDInUseIsRefused(t *testing.T) {
 		openNode(t, m, "a")
 		dup := newNode(t, m, "a")
 		err := dup.Open(t.Context())
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 	})
 }
 
@@ -336,7 +337,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, l := range leases {
-			mustCode(t, l.Err(), bucket.CodeReleased)
+			mustCode(t, l.Err(), errcode.CodeReleased)
 		}
 		start := time.Now()
 		for i := range 5 {
@@ -366,7 +367,7 @@ func TestWithAlwaysReleases(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("With returned %v", err)
 	}
-	mustCode(t, seen.Err(), bucket.CodeReleased)
+	mustCode(t, seen.Err(), errcode.CodeReleased)
 	if r := record(t, m, "c"); !r.Released() {
 		t.Fatalf("record not released: %+v", r)
 	}
@@ -381,12 +382,12 @@ func TestCorruptRecord(t *testing.T) {
 	m.Set("cells/c/ltx/e6/0000000000000001.ltx", []byte("x"))
 	a := newNode(t, m, "a")
 	_, err := a.Claim(t.Context(), "c", owner.ClaimOptions{})
-	mustCode(t, err, bucket.CodeCorruptOwner)
+	mustCode(t, err, errcode.CodeCorruptOwner)
 	if body, _ := m.Bytes(owner.CellKey("c")); string(body) != "not json" {
 		t.Fatal("corrupt record was overwritten without force")
 	}
 	_, _, err = owner.Inspect(t.Context(), m, "c")
-	mustCode(t, err, bucket.CodeCorruptOwner)
+	mustCode(t, err, errcode.CodeCorruptOwner)
 	l, err := a.Claim(t.Context(), "c", owner.ClaimOptions{Force: true})
 	if err != nil || l.Epoch() != 7 {
 		t.Fatalf("forced claim of corrupt record: %v, epoch %d (want above data epoch 6)", err, l.Epoch())
@@ -398,14 +399,14 @@ func TestBadCellNameWritesNothing(t *testing.T) {
 	a := newNode(t, m, "a")
 	for _, cell := range []string{"", "..", "a/b", "x y"} {
 		_, err := a.Claim(t.Context(), cell, owner.ClaimOptions{})
-		mustCode(t, err, bucket.CodeInvalidName)
+		mustCode(t, err, errcode.CodeInvalidName)
 		_, err = owner.ReleaseCell(t.Context(), m, cell, "a", false)
-		mustCode(t, err, bucket.CodeInvalidName)
+		mustCode(t, err, errcode.CodeInvalidName)
 	}
 	if c := m.Counts(); c.Total() != 0 {
 		t.Fatalf("bad names sent %d requests", c.Total())
 	}
-	if _, err := owner.NewNode(m, owner.Config{Name: "bad/node"}); bucket.CodeOf(err) != bucket.CodeInvalidName {
+	if _, err := owner.NewNode(m, owner.Config{Name: "bad/node"}); errcode.CodeOf(err) != errcode.CodeInvalidName {
 		t.Fatalf("bad node name: %v", err)
 	}
 }
@@ -415,7 +416,7 @@ func TestReleaseCell(t *testing.T) {
 	a := newNode(t, m, "a")
 	l, _ := a.Claim(t.Context(), "c", owner.ClaimOptions{})
 	_, err := owner.ReleaseCell(t.Context(), m, "c", "b", false)
-	mustCode(t, err, bucket.CodeNotHolder)
+	mustCode(t, err, errcode.CodeNotHolder)
 	if _, err := owner.ReleaseCell(t.Context(), m, "c", "a", false); err != nil {
 		t.Fatal(err)
 	}
@@ -423,12 +424,12 @@ func TestReleaseCell(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	// The lease's own release now fails: the record changed under it.
-	mustCode(t, l.Release(t.Context()), bucket.CodeSuperseded)
+	mustCode(t, l.Release(t.Context()), errcode.CodeSuperseded)
 	l2, _ := a.Claim(t.Context(), "c", owner.ClaimOptions{})
 	if _, err := owner.ReleaseCell(t.Context(), m, "c", "ops", true); err != nil {
 		t.Fatal(err)
 	}
-	mustCode(t, l2.Release(t.Context()), bucket.CodeSuperseded)
+	mustCode(t, l2.Release(t.Context()), errcode.CodeSuperseded)
 }
 
 // jsonMarshal is encoding/json without the import noise in table tests.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/internal/nonce"
 )
 
@@ -30,7 +31,7 @@ const MaxAddrLen = 4096
 func getRecord(ctx context.Context, b bucket.Bucket, key, what string) (bucket.Object, error) {
 	obj, err := b.Get(ctx, key, MaxRecordLen)
 	if errors.Is(err, bucket.ErrTooLarge) {
-		return obj, bucket.Errorf(bucket.CodeCorruptOwner, "corrupt %s %s: %w", what, key, err)
+		return obj, errcode.Errorf(errcode.CodeCorruptOwner, "corrupt %s %s: %w", what, key, err)
 	}
 	return obj, err
 }
@@ -64,14 +65,14 @@ func (r Record) Released() bool { return r.Node == "" }
 func ParseRecord(key string, body []byte) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(body, &r); err != nil {
-		return Record{}, bucket.Errorf(bucket.CodeCorruptOwner, "corrupt ownership record %s: %w", key, err)
+		return Record{}, errcode.Errorf(errcode.CodeCorruptOwner, "corrupt ownership record %s: %w", key, err)
 	}
 	if r.Epoch == 0 || r.Nonce == "" {
-		return Record{}, bucket.Errorf(bucket.CodeCorruptOwner, "corrupt ownership record %s: missing epoch or nonce", key)
+		return Record{}, errcode.Errorf(errcode.CodeCorruptOwner, "corrupt ownership record %s: missing epoch or nonce", key)
 	}
 	if r.Node != "" {
 		if err := ValidateName("node", r.Node); err != nil {
-			return Record{}, bucket.Errorf(bucket.CodeCorruptOwner, "corrupt ownership record %s: %v", key, err)
+			return Record{}, errcode.Errorf(errcode.CodeCorruptOwner, "corrupt ownership record %s: %v", key, err)
 		}
 	}
 	return r, nil
@@ -102,7 +103,7 @@ type NodeRecord struct {
 // fields (above all ttl_ms, which makes peers wait) must not be believed.
 func parseNodeRecord(key, node string, body []byte) (NodeRecord, error) {
 	corrupt := func(format string, args ...any) error {
-		return bucket.Errorf(bucket.CodeCorruptOwner, "corrupt node lease %s: %s", key, fmt.Sprintf(format, args...))
+		return errcode.Errorf(errcode.CodeCorruptOwner, "corrupt node lease %s: %s", key, fmt.Sprintf(format, args...))
 	}
 	var r NodeRecord
 	if err := json.Unmarshal(body, &r); err != nil {

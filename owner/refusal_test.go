@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -40,7 +41,7 @@ func TestClaimRefusedByTheStoreIsNotApplied(t *testing.T) {
 			n := newNode(t, deniedPuts{m.Client("b")}, "b")
 			start := m.Counts()
 			_, err := n.Claim(t.Context(), "c", owner.ClaimOptions{})
-			mustCode(t, err, bucket.CodeUnauthorized)
+			mustCode(t, err, errcode.CodeUnauthorized)
 			if got := m.Counts().Sub(start); got.Get > 1 {
 				t.Errorf("a refused claim read own.json %d times: %+v", got.Get, got)
 			}

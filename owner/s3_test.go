@@ -3,8 +3,8 @@ package owner_test
 import (
 	"testing"
 
-	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/storetest"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3/s3test"
 	"github.com/deedkit/deed/owner"
 )
@@ -34,7 +34,7 @@ func TestOwnershipOverS3(t *testing.T) {
 				t.Fatalf("claim: %v", err)
 			}
 			_, err = b.Claim(ctx, "cell-1", owner.ClaimOptions{})
-			mustCode(t, err, bucket.CodeHeld)
+			mustCode(t, err, errcode.CodeHeld)
 
 			// Re-entry by a restarted a bumps the epoch and fences la.
 			a2 := newNode(t, tg.Bucket, "a")
@@ -42,14 +42,14 @@ func TestOwnershipOverS3(t *testing.T) {
 			if err != nil || la2.Epoch() != 2 {
 				t.Fatalf("re-entry: %v", err)
 			}
-			mustCode(t, la.Release(ctx), bucket.CodeSuperseded)
+			mustCode(t, la.Release(ctx), errcode.CodeSuperseded)
 
 			// Forced takeover by b; the stale holder cannot act.
 			lb, err := b.Claim(ctx, "cell-1", owner.ClaimOptions{Force: true})
 			if err != nil || lb.Epoch() != 3 {
 				t.Fatalf("forced claim: %v", err)
 			}
-			mustCode(t, la2.Release(ctx), bucket.CodeSuperseded)
+			mustCode(t, la2.Release(ctx), errcode.CodeSuperseded)
 
 			// Release lets the next claimer in at once.
 			if err := lb.Release(ctx); err != nil {
@@ -60,7 +60,7 @@ func TestOwnershipOverS3(t *testing.T) {
 				t.Fatalf("claim after release: %v", err)
 			}
 			_, err = owner.ReleaseCell(ctx, tg.Bucket, "cell-1", "b", false)
-			mustCode(t, err, bucket.CodeNotHolder)
+			mustCode(t, err, errcode.CodeNotHolder)
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -52,7 +53,7 @@ func TestStaleViewOfRestartedOwnerIsReadAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = b.Claim(t.Context(), "c", owner.ClaimOptions{})
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		if la.Err() != nil {
 			t.Fatalf("a's lease ended: %v", la.Err())
 		}
@@ -153,7 +154,7 @@ func TestLivenessIsJudgedWhenTheReadWasSent(t *testing.T) {
 		if err == nil {
 			t.Fatalf("a live node was called dead (a fenced: %v)", a.Err())
 		}
-		mustCode(t, err, bucket.CodeHeld)
+		mustCode(t, err, errcode.CodeHeld)
 		if a.Err() != nil || la.Err() != nil {
 			t.Fatalf("a fenced itself: %v", a.Err())
 		}
@@ -178,7 +179,7 @@ func TestReleaseReadFailureIsNotATakeover(t *testing.T) {
 	m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: key, Fault: fakes3.ErrBefore, Times: 1})
 	m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpGet, Key: key, Fault: fakes3.SlowDown, Skip: 1, Times: 1})
 	err = l.Release(t.Context())
-	if err == nil || bucket.CodeOf(err) == bucket.CodeSuperseded {
+	if err == nil || errcode.CodeOf(err) == errcode.CodeSuperseded {
 		t.Fatalf("release that did not land: got %v, want a retryable error", err)
 	}
 	if l.Err() != nil {

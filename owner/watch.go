@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // watchParallel bounds the ownership-record reads one watch round runs at
@@ -81,7 +81,7 @@ func (n *Node) checkRecord(ctx context.Context, l *Lease) {
 		return
 	}
 	switch {
-	case err != nil && bucket.CodeOf(err) == bucket.CodeCorruptOwner:
+	case err != nil && errcode.CodeOf(err) == errcode.CodeCorruptOwner:
 		l.Supersede(errors.New("own.json was overwritten with something that is not an ownership record"))
 	case err != nil:
 		if ctx.Err() == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -77,7 +78,7 @@ func TestLeaseEndsWhenTheRecordNoLongerHoldsIt(t *testing.T) {
 					t.Errorf("Done closed %v after the takeover, want within the watch interval %v", waited, ttl/3)
 				}
 				err = l.Err()
-				if bucket.CodeOf(err) != bucket.CodeSuperseded || !strings.Contains(err.Error(), tc.want) {
+				if errcode.CodeOf(err) != errcode.CodeSuperseded || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("Err = %v, want DEED-E021 saying %q", err, tc.want)
 				}
 				if _, held := a.Lease("c"); held {
@@ -134,7 +135,7 @@ func TestOwnReleaseIsNotATakeover(t *testing.T) {
 		if g.armed.Load() {
 			t.Fatal("the watch never read the record while the release was under way")
 		}
-		if err := l.Err(); bucket.CodeOf(err) != bucket.CodeReleased {
+		if err := l.Err(); errcode.CodeOf(err) != errcode.CodeReleased {
 			t.Fatalf("after its own release the lease says %v, want DEED-E022", err)
 		}
 	})

@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/replication"
 )
@@ -30,8 +30,8 @@ func TestAbandonSendsNothingAndTheNextOwnerSeals(t *testing.T) {
 		t.Fatalf("Abandon sent requests: %+v, then %+v", before, got)
 	}
 	_, err = lg1.Append(t.Context(), l1, []byte("late"))
-	mustCode(t, err, bucket.CodeBadRequest)
-	mustCode(t, lg1.Close(t.Context()), bucket.CodeBadRequest)
+	mustCode(t, err, errcode.CodeBadRequest)
+	mustCode(t, lg1.Close(t.Context()), errcode.CodeBadRequest)
 	if got := m.Counts(); got != before {
 		t.Fatalf("Close after Abandon sent requests: %+v, then %+v", before, got)
 	}
@@ -83,12 +83,12 @@ func TestAbandonCutsOffWritesAndCloseInFlight(t *testing.T) {
 		if d := time.Since(start); d != 0 {
 			t.Fatalf("Abandon took %v of a hung store's time", d)
 		}
-		codes := map[bucket.Code]int{}
+		codes := map[errcode.Code]int{}
 		for range 2 {
 			r := <-results
-			codes[bucket.CodeOf(r.err)]++
+			codes[errcode.CodeOf(r.err)]++
 		}
-		if codes[bucket.CodeAmbiguous] != 1 || len(codes) != 2 {
+		if codes[errcode.CodeAmbiguous] != 1 || len(codes) != 2 {
 			t.Fatalf("append outcomes by code %v, want one unknown (E012) and one refused", codes)
 		}
 		if err := <-closed; err == nil {

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -59,8 +59,8 @@ func TestLateAnnouncerIsFencedByRecheck(t *testing.T) {
 		m := fakes3.NewMem()
 		g := newLedger()
 		_, lp, err := lateAnnouncer(t, m, g)
-		mustCode(t, err, bucket.CodeSuperseded)
-		mustCode(t, lp.Err(), bucket.CodeSuperseded)
+		mustCode(t, err, errcode.CodeSuperseded)
+		mustCode(t, lp.Err(), errcode.CodeSuperseded)
 		if recs := g.check(t, m); !slices.Equal(data(recs), []string{"a0", "n0"}) {
 			t.Fatalf("read %q", data(recs))
 		}
@@ -93,7 +93,7 @@ func TestLockOnlyClaimsAreNotTombstoned(t *testing.T) {
 		t.Fatalf("open after 50 lock-only claims made %d PUTs, want 2 (announcement, seal)", d.Put)
 	}
 	appendN(t, g, logB, lb, "b", 2)
-	mustCode(t, g.append(ctx, logA, la, "a-stale"), bucket.CodeSuperseded)
+	mustCode(t, g.append(ctx, logA, la, "a-stale"), errcode.CodeSuperseded)
 	if recs := g.check(t, m); !slices.Equal(data(recs), []string{"a0", "a1", "b0", "b1"}) {
 		t.Fatalf("read %q", data(recs))
 	}

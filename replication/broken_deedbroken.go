@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // The switches broken.go documents, as variables the setters below flip.
@@ -129,14 +130,14 @@ func staleAnnounced(cell string, limit uint64, fresh []uint64) []uint64 {
 // typed error of the PUT, at its word.
 func (s *store) trustTypedError(ctx context.Context, key string, err error) (*File, error) {
 	if !errors.Is(err, bucket.ErrPrecondition) {
-		return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %w", key, err)
+		return nil, errcode.Errorf(errcode.CodeAmbiguous, "write %s: outcome unknown: %w", key, err)
 	}
 	f, _, rerr := s.read(ctx, key)
 	switch {
 	case rerr != nil:
 		return nil, rerr
 	case f == nil:
-		return nil, bucket.Errorf(bucket.CodeAmbiguous, "write %s: 412, then missing: %w", key, err)
+		return nil, errcode.Errorf(errcode.CodeAmbiguous, "write %s: 412, then missing: %w", key, err)
 	}
 	return f, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // cursor is a place in the chain walk: the slot (epoch, txid) to read next
@@ -52,7 +53,7 @@ func step(c cursor, f *File) (next cursor, scan, end bool) {
 // expects at it; anything else is a damaged log.
 func checkPos(key string, f *File, c cursor) error {
 	if f.Kind == KindRecords && f.Pos != c.pos {
-		return bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: first position %d, the chain expects %d", key, f.Pos, c.pos)
+		return errcode.Errorf(errcode.CodeCorruptTx, "corrupt transaction file %s: first position %d, the chain expects %d", key, f.Pos, c.pos)
 	}
 	return nil
 }
@@ -387,7 +388,7 @@ func (s *store) snapshotAnchor(ctx context.Context, snap listed) (anchor, error)
 // and stop there with DEED-E031.
 func (s *store) probe(ctx context.Context, key string) (*File, error) {
 	f, _, err := s.read(ctx, key)
-	if bucket.CodeOf(err) == bucket.CodeCorruptTx {
+	if errcode.CodeOf(err) == errcode.CodeCorruptTx {
 		return nil, nil
 	}
 	return f, err

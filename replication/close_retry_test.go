@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/replication"
 )
@@ -35,7 +35,7 @@ func TestCloseCanBeRetriedAfterAFailure(t *testing.T) {
 			t.Fatal("Close succeeded although the seal was refused")
 		}
 		_, err = lg.Append(t.Context(), l, []byte("between"))
-		mustCode(t, err, bucket.CodeBadRequest)
+		mustCode(t, err, errcode.CodeBadRequest)
 		remove()
 		if err := lg.Close(t.Context()); err != nil {
 			t.Fatalf("retried Close: %v", err)
@@ -82,7 +82,7 @@ func TestCloseSealsAfterAWriteWhoseOutcomeWasUnknown(t *testing.T) {
 		if err == nil {
 			t.Fatal("Close succeeded while the outcome of a write was unknown")
 		}
-		mustCode(t, <-done, bucket.CodeAmbiguous)
+		mustCode(t, <-done, errcode.CodeAmbiguous)
 
 		removeGets()
 		if err := lg.Close(t.Context()); err != nil {

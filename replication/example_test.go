@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -71,7 +71,7 @@ func Example_takeover() {
 	logC.Append(ctx, lc, []byte("from c"))
 
 	_, err := logA.Append(ctx, la, []byte("stale"))
-	fmt.Println(bucket.CodeOf(err), bucket.CodeOf(la.Err()))
+	fmt.Println(errcode.CodeOf(err), errcode.CodeOf(la.Err()))
 
 	recs, _ := replication.Read(ctx, b, "orders", 0, 0)
 	for _, r := range recs {
@@ -135,7 +135,7 @@ func ExampleLog_Abandon() {
 
 	log.Abandon()
 	_, err := log.Append(ctx, lease, []byte("paid"))
-	fmt.Println("after Abandon:", bucket.CodeOf(err))
+	fmt.Println("after Abandon:", errcode.CodeOf(err))
 
 	// node-a never opened a node lease, so node-b may take the cell over.
 	bn, _ := owner.NewNode(b, owner.Config{Name: "node-b"})

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/replication"
 )
@@ -34,7 +35,7 @@ func handoverOn(t *testing.T, m bucket.Bucket, client func(string) bucket.Bucket
 	appendN(t, g, logA, la, "a-late", 1)
 	lc := claim(t, c, "c", true)
 	logC := open(t, c, lc) // seals e1, tombstones e2
-	mustCode(t, g.append(ctx, logA, la, "a-stale"), bucket.CodeSuperseded)
+	mustCode(t, g.append(ctx, logA, la, "a-stale"), errcode.CodeSuperseded)
 	appendN(t, g, logC, lc, "c", 2)
 	if err := logC.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)

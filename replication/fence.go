@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -50,7 +50,7 @@ func (l *Log) fence(ctx context.Context) (Head, error) {
 		}
 		l.s.cfg.logger.Info("fencing walk raced with GC; starting again", "cell", l.s.cell, "epoch", l.epoch)
 	}
-	return Head{}, bucket.Errorf(bucket.CodeUnavailable, "fence predecessors: %w", err)
+	return Head{}, errcode.Errorf(errcode.CodeUnavailable, "fence predecessors: %w", err)
 }
 
 // announceBody is the content of E's announcement marker. It is the same
@@ -72,7 +72,7 @@ func (l *Log) announce(ctx context.Context) error {
 		return fmt.Errorf("announce: %w", err)
 	}
 	if theirs != nil {
-		return bucket.Errorf(bucket.CodeNotHolder, "announce: %s was written by another writer of epoch %d", key, l.epoch)
+		return errcode.Errorf(errcode.CodeNotHolder, "announce: %s was written by another writer of epoch %d", key, l.epoch)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (l *Log) recheck(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("re-read the ownership record: %w", err)
 	case !exists:
-		return bucket.Errorf(bucket.CodeCorruptOwner, "re-read the ownership record: %s is missing", owner.CellKey(l.s.cell))
+		return errcode.Errorf(errcode.CodeCorruptOwner, "re-read the ownership record: %s is missing", owner.CellKey(l.s.cell))
 	case rec.Epoch > l.epoch:
 		l.lease.Supersede(fmt.Errorf("epoch %d claimed before epoch %d's log opened", rec.Epoch, l.epoch))
 		l.s.cfg.logger.Warn("log fenced before it opened", "cell", l.s.cell, "epoch", l.epoch, "by", rec.Epoch)
@@ -131,7 +131,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 				return Head{}, err
 			}
 			if c.epoch > E { // only a broken rule (a test variant) gets here
-				return Head{}, bucket.Errorf(bucket.CodeSuperseded, "fence predecessors: the walk passed epoch %d", E)
+				return Head{}, errcode.Errorf(errcode.CodeSuperseded, "fence predecessors: the walk passed epoch %d", E)
 			}
 			return l.ownSlot(ctx, key, c, f)
 		}
@@ -227,9 +227,9 @@ func (l *Log) ownSlot(ctx context.Context, key string, c cursor, f *File) (Head,
 		case f == nil:
 			return Head{Next: c.txid, NextPos: c.pos}, nil
 		case f.Token != l.lease.Token() && f.Kind == KindRecords:
-			return Head{}, bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer of epoch %d", key, l.epoch)
+			return Head{}, errcode.Errorf(errcode.CodeNotHolder, "slot %s holds records of another writer of epoch %d", key, l.epoch)
 		case f.Kind.fences() && f.Token == l.lease.Token() && f.By == l.epoch:
-			return Head{}, bucket.Errorf(bucket.CodeBadRequest, "open log: epoch %d's log was closed (sealed at %s); release the lease and claim again", l.epoch, key)
+			return Head{}, errcode.Errorf(errcode.CodeBadRequest, "open log: epoch %d's log was closed (sealed at %s); release the lease and claim again", l.epoch, key)
 		case f.Kind.fences():
 			return Head{}, l.fenced(key, f)
 		}

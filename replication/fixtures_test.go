@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -68,7 +68,7 @@ func TestFormatFixtures(t *testing.T) {
 		}
 		key := keys["records.ltx"]
 		_, err = replication.Decode(key, body)
-		if bucket.CodeOf(err) != bucket.CodeCorruptTx || !strings.Contains(err.Error(), key) {
+		if errcode.CodeOf(err) != errcode.CodeCorruptTx || !strings.Contains(err.Error(), key) {
 			t.Errorf("%s: got %v, want DEED-E031 naming %s", name, err, key)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 	"math"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // TxID is a slot number in a cell's log. It is global to the cell and never
@@ -120,10 +120,10 @@ func (f *File) NextPos() Pos { return f.Pos + Pos(len(f.Records)) }
 // and the raw state for snapshots.
 func Encode(f *File) ([]byte, error) {
 	if len(f.Token) > MaxTokenLen {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: token of %d bytes, limit %d", f.Kind, len(f.Token), MaxTokenLen)
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "encode %s file: token of %d bytes, limit %d", f.Kind, len(f.Token), MaxTokenLen)
 	}
 	if f.TxID == math.MaxUint64 {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: txid %d has no successor", f.Kind, uint64(f.TxID))
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "encode %s file: txid %d has no successor", f.Kind, uint64(f.TxID))
 	}
 	var payload []byte
 	count := 0
@@ -133,7 +133,7 @@ func Encode(f *File) ([]byte, error) {
 			return nil, fmt.Errorf("encode records file: empty batch")
 		}
 		if f.Pos == 0 || uint64(len(f.Records)) > math.MaxUint64-uint64(f.Pos) {
-			return nil, bucket.Errorf(bucket.CodeBadRequest, "encode records file: %d records from position %d", len(f.Records), uint64(f.Pos))
+			return nil, errcode.Errorf(errcode.CodeBadRequest, "encode records file: %d records from position %d", len(f.Records), uint64(f.Pos))
 		}
 		n := 0
 		for _, r := range f.Records {
@@ -153,7 +153,7 @@ func Encode(f *File) ([]byte, error) {
 		return nil, fmt.Errorf("encode file: unknown kind %d", f.Kind)
 	}
 	if size := headerLen + len(f.Token) + len(payload) + trailerLen; size > MaxFileLen {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "encode %s file: %d bytes, limit %d (MaxFileLen)", f.Kind, size, MaxFileLen)
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "encode %s file: %d bytes, limit %d (MaxFileLen)", f.Kind, size, MaxFileLen)
 	}
 	b := make([]byte, headerLen, headerLen+len(f.Token)+len(payload)+trailerLen)
 	copy(b, fileMagic)
@@ -181,7 +181,7 @@ func Encode(f *File) ([]byte, error) {
 // around (the next slot or position after the file must exist).
 func Decode(key string, body []byte) (*File, error) {
 	corrupt := func(format string, args ...any) error {
-		return bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: %s", key, fmt.Sprintf(format, args...))
+		return errcode.Errorf(errcode.CodeCorruptTx, "corrupt transaction file %s: %s", key, fmt.Sprintf(format, args...))
 	}
 	if len(body) > MaxFileLen {
 		return nil, corrupt("%d bytes, limit %d", len(body), MaxFileLen)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/replication"
 )
@@ -41,7 +41,7 @@ func TestFormatRoundTrip(t *testing.T) {
 			}
 		}
 		// A file is only valid at its own slot.
-		if _, err := replication.Decode(replication.SlotKey(cell, f.Epoch+1, f.TxID), body); bucket.CodeOf(err) != bucket.CodeCorruptTx {
+		if _, err := replication.Decode(replication.SlotKey(cell, f.Epoch+1, f.TxID), body); errcode.CodeOf(err) != errcode.CodeCorruptTx {
 			t.Fatalf("%s decoded at another slot: %v", f.Kind, err)
 		}
 	}
@@ -58,7 +58,7 @@ func TestDecodeDamage(t *testing.T) {
 	check := func(what string, b []byte) {
 		t.Helper()
 		_, err := replication.Decode(key, b)
-		mustCode(t, err, bucket.CodeCorruptTx)
+		mustCode(t, err, errcode.CodeCorruptTx)
 		if !strings.Contains(err.Error(), key) {
 			t.Fatalf("%s: %q does not name %s", what, err, key)
 		}
@@ -99,7 +99,7 @@ func TestCorruptFileInChain(t *testing.T) {
 			m.Set(key, tc.damage(b))
 
 			_, err := replication.Read(ctx, m, cell, 0, 0)
-			mustCode(t, err, bucket.CodeCorruptTx)
+			mustCode(t, err, errcode.CodeCorruptTx)
 			if !strings.Contains(err.Error(), key) {
 				t.Fatalf("%q does not name %s", err, key)
 			}
@@ -108,12 +108,12 @@ func TestCorruptFileInChain(t *testing.T) {
 				t.Fatalf("the records before the damage: %d, %v", len(recs), err)
 			}
 			_, err = replication.Restore(ctx, m, cell, nil, func(replication.Record) error { return nil })
-			mustCode(t, err, bucket.CodeCorruptTx)
+			mustCode(t, err, errcode.CodeCorruptTx)
 			if !strings.Contains(err.Error(), key) {
 				t.Fatalf("%q does not name %s", err, key)
 			}
 			_, err = lg.Read(ctx, 0, 0, true)
-			mustCode(t, err, bucket.CodeCorruptTx)
+			mustCode(t, err, errcode.CodeCorruptTx)
 		})
 	}
 }

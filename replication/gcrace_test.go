@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -195,7 +195,7 @@ func TestRestoreFromSnapshotWrittenAgainAfterGC(t *testing.T) {
 		if r.err == nil {
 			t.Fatalf("restore returned %q from the snapshot at 3: the log cut short (a3 is at slot 4)", r.recs)
 		}
-		mustCode(t, r.err, bucket.CodeUnavailable)
+		mustCode(t, r.err, errcode.CodeUnavailable)
 	})
 }
 

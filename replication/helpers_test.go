@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 	"github.com/deedkit/deed/owner"
@@ -51,12 +52,12 @@ func open(t testing.TB, b bucket.Bucket, l *owner.Lease, opts ...replication.Opt
 	return lg
 }
 
-func mustCode(t testing.TB, err error, code bucket.Code) {
+func mustCode(t testing.TB, err error, code errcode.Code) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("got no error, want %s", code)
 	}
-	if got := bucket.CodeOf(err); got != code {
+	if got := errcode.CodeOf(err); got != code {
 		t.Fatalf("got %s (%v), want %s", got, err, code)
 	}
 	if !strings.HasPrefix(err.Error(), string(code)) {
@@ -84,7 +85,7 @@ func (g *ledger) append(ctx context.Context, lg *replication.Log, l *owner.Lease
 	switch {
 	case err == nil:
 		g.acked[data] = res
-	case bucket.CodeOf(err) == bucket.CodeAmbiguous:
+	case errcode.CodeOf(err) == errcode.CodeAmbiguous:
 		g.unknown[data] = err
 	default:
 		g.refused[data] = err
@@ -154,9 +155,9 @@ func appendN(t testing.TB, g *ledger, lg *replication.Log, l *owner.Lease, prefi
 	}
 }
 
-func isCode(err error, code bucket.Code) bool {
-	var ce *bucket.Error
-	return errors.As(err, &ce) && bucket.CodeOf(err) == code
+func isCode(err error, code errcode.Code) bool {
+	var ce *errcode.Error
+	return errors.As(err, &ce) && errcode.CodeOf(err) == code
 }
 
 var _ = fakes3.NewMem

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // state is where a log is in its life. Open returns a log in stateOpen;
@@ -131,7 +131,7 @@ func (l *Log) Abandon() {
 	if l.err == nil {
 		err := l.lease.Check()
 		if err == nil {
-			err = bucket.Errorf(bucket.CodeBadRequest, "log %s epoch %d: %w", l.s.cell, l.epoch, errAbandoned)
+			err = errcode.Errorf(errcode.CodeBadRequest, "log %s epoch %d: %w", l.s.cell, l.epoch, errAbandoned)
 		}
 		l.err = err
 	}
@@ -179,7 +179,7 @@ func (l *Log) close(ctx context.Context) error {
 		case <-ctx.Done():
 			cancel()
 			<-stopped
-			return bucket.Wrap(bucket.Errorf(bucket.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
+			return errcode.Wrap(errcode.Errorf(errcode.CodeUnavailable, "%w", ctx.Err()), "close log %s epoch %d: appends not drained", l.s.cell, l.epoch)
 		}
 	}
 	l.mu.Lock()
@@ -188,14 +188,14 @@ func (l *Log) close(ctx context.Context) error {
 	if abandoned {
 		return werr
 	}
-	if werr != nil && bucket.CodeOf(werr) == bucket.CodeSuperseded {
+	if werr != nil && errcode.CodeOf(werr) == errcode.CodeSuperseded {
 		return nil // a newer epoch sealed us: the chain end is fenced already
 	}
 	// After a write whose outcome was never learned (the writer was cut off
 	// with its PUT in flight), the slot at next may hold that write: the
 	// seal then goes right after it. If it lands only after the seal, it is
 	// refused there, and it was reported as unknown, never acknowledged.
-	unknown := werr != nil && bucket.CodeOf(werr) == bucket.CodeAmbiguous
+	unknown := werr != nil && errcode.CodeOf(werr) == errcode.CodeAmbiguous
 	for {
 		key := SlotKey(l.s.cell, l.epoch, next)
 		body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch})
@@ -204,7 +204,7 @@ func (l *Log) close(ctx context.Context) error {
 		}
 		theirs, err := l.s.create(ctx, key, body)
 		if err != nil {
-			return bucket.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+			return errcode.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
 		}
 		if theirs == nil {
 			l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
@@ -215,8 +215,8 @@ func (l *Log) close(ctx context.Context) error {
 			next, pos = next+1, theirs.NextPos()
 			continue
 		}
-		if ferr := l.fenced(key, theirs); bucket.CodeOf(ferr) != bucket.CodeSuperseded {
-			return bucket.Wrap(ferr, "close log %s epoch %d: seal", l.s.cell, l.epoch)
+		if ferr := l.fenced(key, theirs); errcode.CodeOf(ferr) != errcode.CodeSuperseded {
+			return errcode.Wrap(ferr, "close log %s epoch %d: seal", l.s.cell, l.epoch)
 		}
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -98,7 +99,7 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 	openMu.Lock()
 	if openLogs[lease] != nil {
 		openMu.Unlock()
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "open log %s epoch %d: a log is already open on this lease", lease.Cell(), lease.Epoch())
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "open log %s epoch %d: a log is already open on this lease", lease.Cell(), lease.Epoch())
 	}
 	l := &Log{
 		s:     newStore(b, lease.Cell(), opts),
@@ -111,7 +112,7 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 	h, err := l.fence(ctx)
 	if err != nil {
 		forget(l)
-		return nil, bucket.Wrap(err, "open log %s epoch %d", lease.Cell(), lease.Epoch())
+		return nil, errcode.Wrap(err, "open log %s epoch %d", lease.Cell(), lease.Epoch())
 	}
 	l.start, l.next, l.nextPos = h, h.Next, h.NextPos
 	l.s.cfg.logger.Info("log opened", "cell", lease.Cell(), "epoch", l.epoch, "next", uint64(h.Next), "next_pos", uint64(h.NextPos))
@@ -154,7 +155,7 @@ func (l *Log) borrow(lease *owner.Lease) error {
 		return err
 	}
 	if lease != l.lease {
-		return bucket.Errorf(bucket.CodeNotHolder, "not the holder: the log of cell %s epoch %d belongs to another lease", l.s.cell, l.epoch)
+		return errcode.Errorf(errcode.CodeNotHolder, "not the holder: the log of cell %s epoch %d belongs to another lease", l.s.cell, l.epoch)
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sort"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Read returns up to limit records after position after (limit ≤ 0: to the
@@ -45,7 +45,7 @@ func (l *Log) Read(ctx context.Context, after Pos, limit int, barrier bool) ([]R
 			break
 		}
 	}
-	return nil, bucket.Wrap(err, "read %s after %d", l.s.cell, after)
+	return nil, errcode.Wrap(err, "read %s after %d", l.s.cell, after)
 }
 
 // barrier checks that the log's next slot is still free. A file there is
@@ -59,14 +59,14 @@ func (l *Log) barrier(ctx context.Context) error {
 		key := SlotKey(l.s.cell, l.epoch, t)
 		ok, err := l.s.head(ctx, key)
 		if err != nil {
-			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+			return errcode.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
 		}
 		if !ok {
 			return nil
 		}
 		f, _, err := l.s.read(ctx, key)
 		if err != nil {
-			return bucket.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
+			return errcode.Wrap(err, "read barrier %s epoch %d", l.s.cell, l.epoch)
 		}
 		switch {
 		case f == nil:
@@ -75,9 +75,9 @@ func (l *Log) barrier(ctx context.Context) error {
 			t++
 			continue
 		case f.Kind.fences() && f.Token == l.lease.Token():
-			return bucket.Errorf(bucket.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+			return errcode.Errorf(errcode.CodeBadRequest, "read barrier %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 		}
-		return bucket.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
+		return errcode.Wrap(l.fenced(key, f), "read barrier %s epoch %d", l.s.cell, l.epoch)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -72,7 +73,7 @@ func Read(ctx context.Context, b bucket.Bucket, cell string, after Pos, limit in
 			break
 		}
 	}
-	return nil, bucket.Wrap(err, "read %s after %d", cell, after)
+	return nil, errcode.Wrap(err, "read %s after %d", cell, after)
 }
 
 // readFrom collects records after `after` from anchor a, scanning the
@@ -92,7 +93,7 @@ func (s *store) readFrom(ctx context.Context, a anchor, ann *announced, after Po
 	if a.file != nil && a.file.Kind == KindRecords {
 		add(a.file)
 	} else if a.file != nil && a.file.Kind == KindSnapshot && a.file.Pos > after+1 {
-		return nil, Head{}, bucket.Errorf(bucket.CodeBadRequest, "read %s after %d: %w: snapshot %s starts at position %d", s.cell, after, ErrCompacted, a.key, a.file.Pos)
+		return nil, Head{}, errcode.Errorf(errcode.CodeBadRequest, "read %s after %d: %w: snapshot %s starts at position %d", s.cell, after, ErrCompacted, a.key, a.file.Pos)
 	}
 	if full() {
 		return out, Head{}, nil
@@ -106,7 +107,7 @@ func (s *store) readFrom(ctx context.Context, a anchor, ann *announced, after Po
 	}
 	if end {
 		if c.txid <= a.covered {
-			return nil, Head{}, bucket.Errorf(bucket.CodeBadRequest, "read %s after %d: %w: slot e%d/%d is gone, below a snapshot at txid %d", s.cell, after, ErrCompacted, c.epoch, uint64(c.txid), uint64(a.covered))
+			return nil, Head{}, errcode.Errorf(errcode.CodeBadRequest, "read %s after %d: %w: slot e%d/%d is gone, below a snapshot at txid %d", s.cell, after, ErrCompacted, c.epoch, uint64(c.txid), uint64(a.covered))
 		}
 		if err := s.stillValid(ctx, a, c.txid); err != nil {
 			return nil, Head{}, err
@@ -187,7 +188,7 @@ func LatestSnapshot(ctx context.Context, b bucket.Bucket, cell string, opts ...O
 	for attempt := 0; ; attempt++ {
 		l, err := s.listLog(ctx)
 		if err != nil {
-			return nil, bucket.Wrap(err, "find snapshot of %s", cell)
+			return nil, errcode.Wrap(err, "find snapshot of %s", cell)
 		}
 		snap, ok := l.newestSnapshot(^uint64(0))
 		if !ok {
@@ -195,13 +196,13 @@ func LatestSnapshot(ctx context.Context, b bucket.Bucket, cell string, opts ...O
 		}
 		f, _, err := s.read(ctx, snap.key)
 		if err != nil {
-			return nil, bucket.Wrap(err, "find snapshot of %s", cell)
+			return nil, errcode.Wrap(err, "find snapshot of %s", cell)
 		}
 		if f == nil && attempt < maxReadAttempts {
 			continue // deleted by GC meanwhile: a newer one exists
 		}
 		if f == nil {
-			return nil, bucket.Errorf(bucket.CodeUnavailable, "find snapshot of %s: %w", cell, errGCRace)
+			return nil, errcode.Errorf(errcode.CodeUnavailable, "find snapshot of %s: %w", cell, errGCRace)
 		}
 		return snapshotOf(snap.key, f), nil
 	}
@@ -226,7 +227,7 @@ func Restore(ctx context.Context, b bucket.Bucket, cell string, onSnapshot func(
 	s := newStore(b, cell, opts)
 	h, err := s.restore(ctx, ^uint64(0), 0, onSnapshot, onRecord)
 	if err != nil {
-		return Head{}, bucket.Wrap(err, "restore %s", cell)
+		return Head{}, errcode.Wrap(err, "restore %s", cell)
 	}
 	return h, nil
 }
@@ -272,7 +273,7 @@ func (s *store) restore(ctx context.Context, maxEpoch uint64, until Pos, onSnaps
 	if end {
 		if err := s.stillValid(ctx, a, c.txid); err != nil {
 			if errors.Is(err, errGCRace) {
-				return Head{}, bucket.Errorf(bucket.CodeUnavailable, "%w; restore again", err)
+				return Head{}, errcode.Errorf(errcode.CodeUnavailable, "%w; restore again", err)
 			}
 			return Head{}, err
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/replication"
 )
@@ -51,7 +52,7 @@ func TestReadAboveAFileWrittenAgainAfterGC(t *testing.T) {
 		if !errors.Is(err, replication.ErrCompacted) {
 			t.Fatalf("read after %d: %q, %v; want an error wrapping ErrCompacted", after, data(recs), err)
 		}
-		mustCode(t, err, bucket.CodeBadRequest)
+		mustCode(t, err, errcode.CodeBadRequest)
 	}
 	// Positions after the snapshot read as before.
 	recs, err := replication.Read(ctx, m, cell, 3, 0)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -44,11 +45,11 @@ func TestStaleOwnerFencedAfterForcedTakeover(t *testing.T) {
 	}
 
 	err := g.append(ctx, logA, la, "a-stale")
-	mustCode(t, err, bucket.CodeSuperseded)
-	mustCode(t, la.Err(), bucket.CodeSuperseded)
+	mustCode(t, err, errcode.CodeSuperseded)
+	mustCode(t, la.Err(), errcode.CodeSuperseded)
 	// Every later append fails the same way, without a request.
 	before := m.Counts()
-	mustCode(t, g.append(ctx, logA, la, "a-stale-2"), bucket.CodeSuperseded)
+	mustCode(t, g.append(ctx, logA, la, "a-stale-2"), errcode.CodeSuperseded)
 	if d := m.Counts().Sub(before); d.Total() != 0 {
 		t.Fatalf("a refused append sent %d requests", d.Total())
 	}
@@ -97,12 +98,12 @@ func TestNewOwnerCrashesBeforeSealing(t *testing.T) {
 	if _, ok := m.Bytes(replication.SlotKey(cell, 2, 6)); ok {
 		t.Fatalf("epoch 2 never announced, yet it got a tombstone")
 	}
-	mustCode(t, g.append(ctx, logA, la, "a-stale"), bucket.CodeSuperseded)
+	mustCode(t, g.append(ctx, logA, la, "a-stale"), errcode.CodeSuperseded)
 
 	// The crashed owner wakes up: its re-check fences it before it writes.
 	_, err = replication.Open(ctx, m.Client("b"), lb)
-	mustCode(t, err, bucket.CodeSuperseded)
-	mustCode(t, lb.Err(), bucket.CodeSuperseded)
+	mustCode(t, err, errcode.CodeSuperseded)
+	mustCode(t, lb.Err(), errcode.CodeSuperseded)
 
 	appendN(t, g, logC, lc, "c", 2)
 	recs := g.check(t, m)
@@ -129,8 +130,8 @@ func TestNewOwnerCrashesAfterSealing(t *testing.T) {
 	if d := m.Counts().Sub(before); d.Put != 2 {
 		t.Fatalf("third owner made %d PUTs, want 2 (its announcement, the tombstone of e2)", d.Put)
 	}
-	mustCode(t, g.append(ctx, logB, lb, "b-stale"), bucket.CodeSuperseded)
-	mustCode(t, g.append(ctx, logA, la, "a-stale"), bucket.CodeSuperseded)
+	mustCode(t, g.append(ctx, logB, lb, "b-stale"), errcode.CodeSuperseded)
+	mustCode(t, g.append(ctx, logA, la, "a-stale"), errcode.CodeSuperseded)
 	appendN(t, g, logC, lc, "c", 2)
 	if recs := g.check(t, m); !slices.Equal(data(recs), []string{"a0", "a1", "c0", "c1"}) {
 		t.Fatalf("read %q", data(recs))
@@ -170,10 +171,10 @@ func TestThreeClaimsBeforeAnyWrite(t *testing.T) {
 		}
 	}
 	appendN(t, g, logD, ld, "d", 2)
-	mustCode(t, g.append(ctx, logA, la, "a-stale"), bucket.CodeSuperseded)
+	mustCode(t, g.append(ctx, logA, la, "a-stale"), errcode.CodeSuperseded)
 	for _, l := range []*owner.Lease{lb, lc} {
 		_, err := replication.Open(ctx, m, l)
-		mustCode(t, err, bucket.CodeSuperseded)
+		mustCode(t, err, errcode.CodeSuperseded)
 	}
 	if recs := g.check(t, m); !slices.Equal(data(recs), []string{"d0", "d1"}) {
 		t.Fatalf("read %q", data(recs))
@@ -206,7 +207,7 @@ func TestConcurrentOpens(t *testing.T) {
 				wg.Go(func() {
 					lg, err := replication.Open(ctx, x.b, x.l)
 					if err != nil {
-						if bucket.CodeOf(err) != bucket.CodeSuperseded {
+						if errcode.CodeOf(err) != errcode.CodeSuperseded {
 							t.Errorf("open %d: %v", x.l.Epoch(), err)
 						}
 						return
@@ -214,7 +215,7 @@ func TestConcurrentOpens(t *testing.T) {
 					defer lg.Close(ctx)
 					for k := 0; k < 3; k++ {
 						if err := g.append(ctx, lg, x.l, fmt.Sprintf("e%d-%d", x.l.Epoch(), k)); err != nil {
-							if bucket.CodeOf(err) != bucket.CodeSuperseded {
+							if errcode.CodeOf(err) != errcode.CodeSuperseded {
 								t.Errorf("append: %v", err)
 							}
 							return
@@ -254,7 +255,7 @@ func TestCloseSealsChainEnd(t *testing.T) {
 	if f, err := replication.Decode(replication.SlotKey(cell, 1, 4), body); err != nil || f.Kind != replication.KindSeal || f.By != 1 {
 		t.Fatalf("seal %+v %v", f, err)
 	}
-	mustCode(t, g.append(ctx, logA, la, "late"), bucket.CodeBadRequest)
+	mustCode(t, g.append(ctx, logA, la, "late"), errcode.CodeBadRequest)
 	if err := logA.Close(ctx); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
@@ -276,7 +277,7 @@ func TestCloseSealsChainEnd(t *testing.T) {
 	logB2 := open(t, m, lb2)
 	_ = logB2.Close(ctx)
 	_, err := replication.Open(ctx, m, lb2)
-	mustCode(t, err, bucket.CodeBadRequest)
+	mustCode(t, err, errcode.CodeBadRequest)
 }
 
 // The read barrier costs one HEAD while the owner is current, and reports
@@ -315,8 +316,8 @@ func TestReadBarrier(t *testing.T) {
 		t.Fatalf("stale read %q %v", data(recs), err)
 	}
 	_, err = logA.Read(ctx, 0, 0, true)
-	mustCode(t, err, bucket.CodeSuperseded)
-	mustCode(t, la.Err(), bucket.CodeSuperseded)
+	mustCode(t, err, errcode.CodeSuperseded)
+	mustCode(t, la.Err(), errcode.CodeSuperseded)
 	recs, err = logB.Read(ctx, 4, 10, true)
 	if err != nil || !slices.Equal(data(recs), []string{"b0"}) {
 		t.Fatalf("read %q %v", data(recs), err)
@@ -328,16 +329,16 @@ func TestLeaseRefused(t *testing.T) {
 	ctx := context.Background()
 	m := fakes3.NewMem()
 	_, err := replication.Open(ctx, m, &owner.Lease{})
-	mustCode(t, err, bucket.CodeInvalidLease)
+	mustCode(t, err, errcode.CodeInvalidLease)
 	_, err = replication.Open(ctx, m, nil)
-	mustCode(t, err, bucket.CodeInvalidLease)
+	mustCode(t, err, errcode.CodeInvalidLease)
 
 	la := claim(t, m, "a", false)
 	logA := open(t, m, la)
 	_, err = logA.Append(ctx, &owner.Lease{}, []byte("x"))
-	mustCode(t, err, bucket.CodeInvalidLease)
+	mustCode(t, err, errcode.CodeInvalidLease)
 	_, err = replication.Open(ctx, m, la)
-	mustCode(t, err, bucket.CodeBadRequest) // one log per lease
+	mustCode(t, err, errcode.CodeBadRequest) // one log per lease
 
 	n2, _ := owner.NewNode(m, owner.Config{Name: "z"})
 	other, err := n2.Claim(ctx, "other-cell", owner.ClaimOptions{})
@@ -345,9 +346,9 @@ func TestLeaseRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = logA.Append(ctx, other, []byte("x"))
-	mustCode(t, err, bucket.CodeNotHolder)
+	mustCode(t, err, errcode.CodeNotHolder)
 	_, err = logA.Snapshot(ctx, other, 1, nil)
-	mustCode(t, err, bucket.CodeNotHolder)
+	mustCode(t, err, errcode.CodeNotHolder)
 
 	if err := logA.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -356,16 +357,16 @@ func TestLeaseRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = logA.Append(ctx, la, []byte("x"))
-	mustCode(t, err, bucket.CodeReleased)
+	mustCode(t, err, errcode.CodeReleased)
 	// A barrier read borrows the lease as Append does, and is refused the
 	// same way; a plain read acts for nobody and still reads.
 	_, err = logA.Read(ctx, 0, 0, true)
-	mustCode(t, err, bucket.CodeReleased)
+	mustCode(t, err, errcode.CodeReleased)
 	if _, err := logA.Read(ctx, 0, 0, false); err != nil {
 		t.Fatalf("plain read after release: %v", err)
 	}
 	_, err = replication.Open(ctx, m, la)
-	mustCode(t, err, bucket.CodeReleased)
+	mustCode(t, err, errcode.CodeReleased)
 
 	// Released without Close (no seal at the chain end): a barrier read is
 	// refused before it sends anything, not answered as if this log were
@@ -377,7 +378,7 @@ func TestLeaseRefused(t *testing.T) {
 	}
 	c0 := m.Counts()
 	_, err = logC.Read(ctx, 0, 0, true)
-	mustCode(t, err, bucket.CodeReleased)
+	mustCode(t, err, errcode.CodeReleased)
 	if d := m.Counts().Sub(c0); d.Total() != 0 {
 		t.Fatalf("the refused barrier read sent requests: %v", d)
 	}

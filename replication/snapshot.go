@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -23,7 +24,7 @@ func (l *Log) Snapshot(ctx context.Context, lease *owner.Lease, upTo TxID, state
 	}
 	next, err := l.nextPosAfter(ctx, upTo)
 	if err != nil {
-		return Snapshot{}, bucket.Wrap(err, "snapshot %s at %d", l.s.cell, upTo)
+		return Snapshot{}, errcode.Wrap(err, "snapshot %s at %d", l.s.cell, upTo)
 	}
 	key := SnapshotKey(l.s.cell, l.epoch, upTo)
 	body, err := Encode(&File{Kind: KindSnapshot, Epoch: l.epoch, TxID: upTo, Token: lease.Token(), Pos: next, State: state})
@@ -32,10 +33,10 @@ func (l *Log) Snapshot(ctx context.Context, lease *owner.Lease, upTo TxID, state
 	}
 	theirs, err := l.s.create(ctx, key, body)
 	if err != nil {
-		return Snapshot{}, bucket.Wrap(err, "snapshot %s at %d", l.s.cell, upTo)
+		return Snapshot{}, errcode.Wrap(err, "snapshot %s at %d", l.s.cell, upTo)
 	}
 	if theirs != nil {
-		return Snapshot{}, bucket.Errorf(bucket.CodeBadRequest, "snapshot %s at %d: %s already holds a different snapshot", l.s.cell, upTo, key)
+		return Snapshot{}, errcode.Errorf(errcode.CodeBadRequest, "snapshot %s at %d: %s already holds a different snapshot", l.s.cell, upTo, key)
 	}
 	return Snapshot{Key: key, Epoch: l.epoch, TxID: upTo, NextPos: next, State: state}, nil
 }
@@ -52,9 +53,9 @@ func (l *Log) nextPosAfter(ctx context.Context, upTo TxID) (Pos, error) {
 	l.mu.Unlock()
 	switch {
 	case upTo == 0 || upTo+1 < start.Next:
-		return 0, bucket.Errorf(bucket.CodeBadRequest, "txid %d is before this log's start %d", upTo, start.Next)
+		return 0, errcode.Errorf(errcode.CodeBadRequest, "txid %d is before this log's start %d", upTo, start.Next)
 	case upTo >= next:
-		return 0, bucket.Errorf(bucket.CodeBadRequest, "txid %d is not durable yet (head %d)", upTo, next)
+		return 0, errcode.Errorf(errcode.CodeBadRequest, "txid %d is not durable yet (head %d)", upTo, next)
 	case upTo+1 == start.Next:
 		return start.NextPos, nil
 	case upTo+1 == next:
@@ -68,7 +69,7 @@ func (l *Log) nextPosAfter(ctx context.Context, upTo TxID) (Pos, error) {
 	case err != nil:
 		return 0, err
 	case f == nil || f.Kind != KindRecords:
-		return 0, bucket.Errorf(bucket.CodeCorruptTx, "corrupt log: %s should hold records", key)
+		return 0, errcode.Errorf(errcode.CodeCorruptTx, "corrupt log: %s should hold records", key)
 	}
 	return f.NextPos(), nil
 }
@@ -79,9 +80,9 @@ func (l *Log) nextPosAfter(ctx context.Context, upTo TxID) (Pos, error) {
 func (l *Log) Restore(ctx context.Context, onSnapshot func(Snapshot) error, onRecord func(Record) error) error {
 	h, err := l.s.restore(ctx, l.epoch, l.start.NextPos, onSnapshot, onRecord)
 	if err == nil && h.NextPos < l.start.NextPos {
-		err = bucket.Errorf(bucket.CodeUnavailable, "chain ended at position %d before the log's start %d: %w", h.NextPos, l.start.NextPos, errGCRace)
+		err = errcode.Errorf(errcode.CodeUnavailable, "chain ended at position %d before the log's start %d: %w", h.NextPos, l.start.NextPos, errGCRace)
 	}
-	return bucket.Wrap(err, "restore %s", l.s.cell)
+	return errcode.Wrap(err, "restore %s", l.s.cell)
 }
 
 // GCOptions configure GC.
@@ -131,7 +132,7 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 	s := newStore(b, cell, options)
 	l, err := s.listLog(ctx)
 	if err != nil {
-		return rep, bucket.Wrap(err, "gc %s", cell)
+		return rep, errcode.Wrap(err, "gc %s", cell)
 	}
 	rep.Strays = slices.Sorted(slices.Values(l.strays))
 	snap, ok := l.newestSnapshot(^uint64(0))
@@ -140,10 +141,10 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 	}
 	f, _, err := s.read(ctx, snap.key)
 	if err != nil {
-		return rep, bucket.Wrap(err, "gc %s", cell)
+		return rep, errcode.Wrap(err, "gc %s", cell)
 	}
 	if f == nil {
-		return rep, bucket.Errorf(bucket.CodeUnavailable, "gc %s: snapshot %s vanished: another GC is running", cell, snap.key)
+		return rep, errcode.Errorf(errcode.CodeUnavailable, "gc %s: snapshot %s vanished: another GC is running", cell, snap.key)
 	}
 	rep.Snapshot = snap.key
 	S, Xs := snap.txid, snap.epoch
@@ -156,7 +157,7 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 	}
 	sealed, err := s.epochSealed(ctx, l, Xs)
 	if err != nil {
-		return rep, bucket.Wrap(err, "gc %s", cell)
+		return rep, errcode.Wrap(err, "gc %s", cell)
 	}
 	for _, o := range l.files {
 		if o.txid > S || o.epoch > Xs || (o.epoch == Xs && !sealed) {
@@ -165,8 +166,8 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 		if o.size <= maxMarkerLen {
 			// Small enough to be a seal or tombstone: look.
 			g, _, err := s.read(ctx, o.key)
-			if err != nil && bucket.CodeOf(err) != bucket.CodeCorruptTx {
-				return rep, bucket.Wrap(err, "gc %s", cell)
+			if err != nil && errcode.CodeOf(err) != errcode.CodeCorruptTx {
+				return rep, errcode.Wrap(err, "gc %s", cell)
 			}
 			if brokenGCMarkers && g != nil && g.Kind.fences() {
 				victims = append(victims, o)
@@ -187,7 +188,7 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 	for _, o := range victims {
 		if !opts.DryRun {
 			if err := s.remove(ctx, o); err != nil {
-				return rep, bucket.Wrap(err, "gc %s", cell)
+				return rep, errcode.Wrap(err, "gc %s", cell)
 			}
 		}
 		rep.Deleted = append(rep.Deleted, o.key)

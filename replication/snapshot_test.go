@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/replication"
 )
@@ -55,10 +55,10 @@ func TestSnapshotAndGC(t *testing.T) {
 			t.Fatalf("the same snapshot again: %v", err)
 		}
 		_, err = logA.Snapshot(ctx, la, 7, []byte("other"))
-		mustCode(t, err, bucket.CodeBadRequest)
+		mustCode(t, err, errcode.CodeBadRequest)
 		_, err = logA.Snapshot(ctx, la, 11, nil)
-		mustCode(t, err, bucket.CodeBadRequest) // not durable yet
-		appendN(t, g, logA, la, "b", 3)         // txids 11..13
+		mustCode(t, err, errcode.CodeBadRequest) // not durable yet
+		appendN(t, g, logA, la, "b", 3)          // txids 11..13
 
 		// Restore reads the snapshot and the files after it, nothing older.
 		gets()
@@ -150,9 +150,9 @@ func TestSnapshotAndGC(t *testing.T) {
 		unpause()
 		time.Sleep(2 * time.Hour)
 		err = <-paused
-		mustCode(t, err, bucket.CodeSuperseded)
-		mustCode(t, g.append(ctx, logA, la, "a-after"), bucket.CodeSuperseded)
-		mustCode(t, g.append(ctx, logB, lb, "b-after"), bucket.CodeSuperseded)
+		mustCode(t, err, errcode.CodeSuperseded)
+		mustCode(t, g.append(ctx, logA, la, "a-after"), errcode.CodeSuperseded)
+		mustCode(t, g.append(ctx, logB, lb, "b-after"), errcode.CodeSuperseded)
 
 		// Restore after GC: the newest snapshot and what follows.
 		state, got = "", nil
@@ -169,7 +169,7 @@ func TestSnapshotAndGC(t *testing.T) {
 		}
 		// Reading compacted positions says so.
 		_, err = replication.Read(ctx, m, cell, 0, 0)
-		mustCode(t, err, bucket.CodeBadRequest)
+		mustCode(t, err, errcode.CodeBadRequest)
 		if !errors.Is(err, replication.ErrCompacted) {
 			t.Fatalf("%v does not wrap ErrCompacted", err)
 		}
@@ -192,7 +192,7 @@ func TestSnapshotAndGC(t *testing.T) {
 		if state != "state@16" || !slices.Equal(got, []string{"d1"}) {
 			t.Fatalf("log restore: %q %q", state, got)
 		}
-		mustCode(t, g.append(ctx, logC, lc, "c-after"), bucket.CodeSuperseded)
+		mustCode(t, g.append(ctx, logC, lc, "c-after"), errcode.CodeSuperseded)
 		for d := range g.acked {
 			if strings.HasPrefix(d, "a-paused") {
 				t.Fatalf("paused append acknowledged")
@@ -230,7 +230,7 @@ func TestGCSafety(t *testing.T) {
 	body, _ := m.Bytes(k)
 	m.Set(k, body[:len(body)-1])
 	_, err = replication.GC(ctx, m, cell, replication.GCOptions{})
-	mustCode(t, err, bucket.CodeCorruptTx)
+	mustCode(t, err, errcode.CodeCorruptTx)
 	if len(m.Keys(replication.LogPrefix(cell))) != 6 {
 		t.Fatalf("gc with a damaged snapshot deleted files: %q", m.Keys(replication.LogPrefix(cell)))
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/internal/wait"
 )
 
@@ -168,9 +169,9 @@ func (s *store) get(ctx context.Context, key string) (body []byte, found bool, e
 	case errors.Is(err, bucket.ErrNotFound):
 		return nil, false, nil
 	case errors.Is(err, bucket.ErrTooLarge):
-		return nil, false, bucket.Errorf(bucket.CodeCorruptTx, "corrupt transaction file %s: %w", key, err)
+		return nil, false, errcode.Errorf(errcode.CodeCorruptTx, "corrupt transaction file %s: %w", key, err)
 	}
-	return nil, false, bucket.Wrap(err, "read %s", key)
+	return nil, false, errcode.Wrap(err, "read %s", key)
 }
 
 // read reads and decodes key; f is nil when it does not exist.
@@ -195,7 +196,7 @@ func (s *store) head(ctx context.Context, key string) (bool, error) {
 	case errors.Is(err, bucket.ErrNotFound):
 		return false, nil
 	}
-	return false, bucket.Wrap(err, "head %s", key)
+	return false, errcode.Wrap(err, "head %s", key)
 }
 
 // list returns every key under prefix (following pages), retrying
@@ -203,7 +204,7 @@ func (s *store) head(ctx context.Context, key string) (bool, error) {
 func (s *store) list(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
 	all, err := bucket.ListAll(ctx, retryingList{s.b, s}, in)
 	if err != nil {
-		return all, bucket.Wrap(err, "list %s", in.Prefix)
+		return all, errcode.Wrap(err, "list %s", in.Prefix)
 	}
 	return all, nil
 }
@@ -265,7 +266,7 @@ func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs 
 	for i := 0; ; i++ {
 		if i > 0 {
 			if serr := wait.Sleep(ctx, s.backoff(i-1)); serr != nil {
-				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
+				return nil, puts, errcode.Errorf(errcode.CodeAmbiguous, "write %s: outcome unknown: %v (last error: %w)", key, serr, last)
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
@@ -276,7 +277,7 @@ func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs 
 			return nil, puts, nil
 		}
 		if bucket.Permanent(err) {
-			return nil, puts, bucket.Wrap(err, "write %s", key)
+			return nil, puts, errcode.Wrap(err, "write %s", key)
 		}
 		if brokenNoReadBack {
 			f, err := s.trustTypedError(ctx, key, err)
@@ -294,7 +295,7 @@ func (s *store) createRaw(ctx context.Context, key string, body []byte) (theirs 
 		case rerr != nil:
 			last = rerr
 			if bucket.Permanent(rerr) {
-				return nil, puts, bucket.Errorf(bucket.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
+				return nil, puts, errcode.Errorf(errcode.CodeAmbiguous, "write %s: outcome unknown: %v (read back: %w)", key, err, rerr)
 			}
 			continue
 		case !found:

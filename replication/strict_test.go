@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/benchtest"
 	"github.com/deedkit/deed/replication"
@@ -69,7 +69,7 @@ func TestDecodeRefusesWhatEncodeNeverWrites(t *testing.T) {
 				k = replication.SnapshotKey(cell, E, T)
 			}
 			f, err := replication.Decode(k, c.body)
-			mustCode(t, err, bucket.CodeCorruptTx)
+			mustCode(t, err, errcode.CodeCorruptTx)
 			if f != nil || !strings.Contains(err.Error(), k) {
 				t.Fatalf("decoded %+v, error %v (want it to name %s)", f, err, k)
 			}
@@ -80,7 +80,7 @@ func TestDecodeRefusesWhatEncodeNeverWrites(t *testing.T) {
 // Encode refuses to build a file a reader would refuse.
 func TestEncodeRefusesFilesOverMaxFileLen(t *testing.T) {
 	_, err := replication.Encode(&replication.File{Kind: replication.KindSnapshot, Epoch: 1, TxID: 1, Token: "t", Pos: 1, State: make([]byte, replication.MaxFileLen)})
-	mustCode(t, err, bucket.CodeBadRequest)
+	mustCode(t, err, errcode.CodeBadRequest)
 }
 
 // A 64 MiB object in a slot is DEED-E031 naming the key, refused from its
@@ -96,12 +96,12 @@ func TestOversizedSlotObject(t *testing.T) {
 	m.Set(key, make([]byte, 64<<20))
 	b := &benchtest.Counted{B: m}
 	_, err := replication.Read(ctx, b, cell, 0, 0)
-	mustCode(t, err, bucket.CodeCorruptTx)
+	mustCode(t, err, errcode.CodeCorruptTx)
 	if !strings.Contains(err.Error(), key) {
 		t.Fatalf("%q does not name %s", err, key)
 	}
 	_, err = replication.Restore(ctx, b, cell, nil, func(replication.Record) error { return nil })
-	mustCode(t, err, bucket.CodeCorruptTx)
+	mustCode(t, err, errcode.CodeCorruptTx)
 	if got := b.LargestBody(); got > replication.MaxFileLen {
 		t.Fatalf("a read held %d bytes, limit %d", got, replication.MaxFileLen)
 	}
@@ -132,7 +132,7 @@ func FuzzDecode(f *testing.F) {
 		// is reachable; the slot check is exercised below.
 		file, err := replication.Decode("fuzz", body)
 		if err != nil {
-			if bucket.CodeOf(err) != bucket.CodeCorruptTx {
+			if errcode.CodeOf(err) != errcode.CodeCorruptTx {
 				t.Fatalf("refused with %v, want DEED-E031", err)
 			}
 			return

@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -78,7 +78,7 @@ func simulate(t *testing.T, seed uint64, owners, records int) (violation error) 
 				}
 				lg, err := replication.Open(ctx, b, l, replication.WithRequestTimeout(50*time.Millisecond))
 				if err != nil {
-					if c := bucket.CodeOf(err); c == bucket.CodeCorruptTx || c == bucket.CodeNotHolder {
+					if c := errcode.CodeOf(err); c == errcode.CodeCorruptTx || c == errcode.CodeNotHolder {
 						fail(fmt.Errorf("open %s: %w", name, err))
 					}
 					return
@@ -88,7 +88,7 @@ func simulate(t *testing.T, seed uint64, owners, records int) (violation error) 
 				for k := 0; k < records; k++ {
 					awg.Go(func() {
 						err := g.append(ctx, lg, l, fmt.Sprintf("%s-%d", name, k))
-						if c := bucket.CodeOf(err); c == bucket.CodeCorruptTx || c == bucket.CodeNotHolder {
+						if c := errcode.CodeOf(err); c == errcode.CodeCorruptTx || c == errcode.CodeNotHolder {
 							fail(fmt.Errorf("append %s: %w", name, err))
 						}
 					})

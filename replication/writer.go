@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -49,7 +49,7 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		return Result{}, err
 	case l.state != stateOpen:
 		l.mu.Unlock()
-		return Result{}, bucket.Errorf(bucket.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+		return Result{}, errcode.Errorf(errcode.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 	}
 	l.w.queue = append(l.w.queue, p)
 	if l.w.running {
@@ -80,7 +80,7 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		return o.res, o.err
 	default:
 	}
-	return Result{}, bucket.Errorf(bucket.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
+	return Result{}, errcode.Errorf(errcode.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
 }
 
 // startLocked starts the writer goroutine; l.mu must be held. Its context
@@ -217,10 +217,10 @@ func (l *Log) takeLocked() []*pending {
 // never sent is not written, and says so (DEED-E011), so that a caller who
 // retries what was refused cannot mistake it for a record that may exist.
 func (l *Log) notSent(err error) error {
-	if bucket.CodeOf(err) != bucket.CodeAmbiguous {
+	if errcode.CodeOf(err) != errcode.CodeAmbiguous {
 		return err
 	}
-	return bucket.Errorf(bucket.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
+	return errcode.Errorf(errcode.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
 }
 
 func fail(q []*pending, err error) {
@@ -291,7 +291,7 @@ func (l *Log) fenced(key string, theirs *File) error {
 		l.s.cfg.logger.Warn("log fenced", "cell", l.s.cell, "epoch", l.epoch, "key", key, "by", theirs.By)
 		return l.lease.Err()
 	}
-	return bucket.Errorf(bucket.CodeNotHolder, "slot %s holds records of another writer (epoch %d)", key, theirs.Epoch)
+	return errcode.Errorf(errcode.CodeNotHolder, "slot %s holds records of another writer (epoch %d)", key, theirs.Epoch)
 }
 
 // pending is one Append waiting for its group commit.

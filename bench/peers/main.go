@@ -28,12 +28,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/benbjohnson/litestream"
 	lss3 "github.com/benbjohnson/litestream/s3"
 	"github.com/shogo82148/sets3lock"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -124,15 +125,15 @@ func run(ctx context.Context, out io.Writer, delay time.Duration, n int, ttl tim
 	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 		return aws.Credentials{AccessKeyID: "bench", SecretAccessKey: "bench", Source: "bench-peers"}, nil
 	})
-	client := s3.New(s3.Options{
-		Region: bucket.DefaultRegion, BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
+	client := awss3.New(awss3.Options{
+		Region: s3.DefaultRegion, BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
 		Credentials:                creds,
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
 	})
 
-	b, err := bucket.OpenS3(ctx, bucket.Location{Bucket: storeBucket}, bucket.S3Options{
-		Endpoint: endpoint, Region: bucket.DefaultRegion, Credentials: creds,
+	b, err := s3.Open(ctx, bucket.Location{Bucket: storeBucket}, s3.Options{
+		Endpoint: endpoint, Region: s3.DefaultRegion, Credentials: creds,
 	})
 	if err != nil {
 		return err
@@ -160,7 +161,7 @@ func run(ctx context.Context, out io.Writer, delay time.Duration, n int, ttl tim
 		other  locker // another process's, for the third row
 	}{
 		{"deed", "deed/cells", &deedLocker{node: node, held: map[string]*owner.Lease{}}, &deedLocker{node: other, held: map[string]*owner.Lease{}}},
-		{"Litestream " + modVersion("github.com/benbjohnson/litestream") + " s3.Leaser", "litestream/cells",
+		{"Litestream " + modVersion("github.com/benbjohnson/litestream") + " awss3.Leaser", "litestream/cells",
 			&litestreamLocker{client: client, held: map[string]*litestream.Lease{}}, &litestreamLocker{client: client, held: map[string]*litestream.Lease{}}},
 		{"sets3lock " + modVersion("github.com/shogo82148/sets3lock"), "sets3lock/cells",
 			&sets3Locker{client: client, held: map[string]*sets3lock.Locker{}}, &sets3Locker{client: client, held: map[string]*sets3lock.Locker{}}},
@@ -331,7 +332,7 @@ func parallel(n int, f func(i int) error) error {
 }
 
 // litestreamRenewal returns the requests one RenewLease sends.
-func litestreamRenewal(ctx context.Context, px *proxy, client *s3.Client) (float64, error) {
+func litestreamRenewal(ctx context.Context, px *proxy, client *awss3.Client) (float64, error) {
 	l := newLeaser(client, "litestream/cells/renew")
 	lease, err := l.AcquireLease(ctx)
 	if err != nil {
@@ -364,11 +365,11 @@ func (d *deedLocker) release(ctx context.Context, key string) error {
 func cellOf(key string) string { return key[strings.LastIndex(key, "/")+1:] }
 
 type litestreamLocker struct {
-	client *s3.Client
+	client *awss3.Client
 	held   map[string]*litestream.Lease
 }
 
-func newLeaser(client *s3.Client, path string) *lss3.Leaser {
+func newLeaser(client *awss3.Client, path string) *lss3.Leaser {
 	l := lss3.NewLeaser()
 	l.SetLogger(slog.New(slog.DiscardHandler))
 	l.SetClient(client)
@@ -387,7 +388,7 @@ func (s *litestreamLocker) release(ctx context.Context, key string) error {
 }
 
 type sets3Locker struct {
-	client *s3.Client
+	client *awss3.Client
 	held   map[string]*sets3lock.Locker
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // The environment variables OptionsFromEnv reads; the names are the ones
@@ -194,7 +195,7 @@ func classify(op, key string, cond bucket.Condition, err error) *bucket.OpError 
 }
 
 func badKey(op, key string, err error) error {
-	return bucket.Errorf(bucket.CodeBadRequest, "%s %q: %w", op, key, err)
+	return errcode.Errorf(errcode.CodeBadRequest, "%s %q: %w", op, key, err)
 }
 
 func etagOf(e *azcore.ETag) string {
@@ -272,7 +273,7 @@ func (b *azBucket) Put(ctx context.Context, key string, body []byte, cond bucket
 		return "", badKey("put", key, err)
 	}
 	if cond.Kind == bucket.CondIfMatch && cond.ETag == "" {
-		return "", bucket.Errorf(bucket.CodeBadRequest, "put %q: if-match with an empty etag", key)
+		return "", errcode.Errorf(errcode.CodeBadRequest, "put %q: if-match with an empty etag", key)
 	}
 	client, ctx, cancel := b.writeClient(ctx, cond)
 	defer cancel()
@@ -292,9 +293,9 @@ func (b *azBucket) Delete(ctx context.Context, key string, cond bucket.Condition
 	}
 	switch {
 	case cond.Kind == bucket.CondIfAbsent:
-		return bucket.Errorf(bucket.CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
+		return errcode.Errorf(errcode.CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
 	case cond.Kind == bucket.CondIfMatch && cond.ETag == "":
-		return bucket.Errorf(bucket.CodeBadRequest, "delete %q: if-match with an empty etag", key)
+		return errcode.Errorf(errcode.CodeBadRequest, "delete %q: if-match with an empty etag", key)
 	}
 	client, ctx, cancel := b.writeClient(ctx, cond)
 	defer cancel()
@@ -346,7 +347,7 @@ func (b *azBucket) List(ctx context.Context, in bucket.ListInput) (bucket.ListPa
 			enc, m, _ := strings.Cut(rest, ":")
 			after, err := base64.RawURLEncoding.DecodeString(enc)
 			if err != nil {
-				return bucket.ListPage{}, bucket.Errorf(bucket.CodeBadRequest, "list %q: malformed page token", in.Prefix)
+				return bucket.ListPage{}, errcode.Errorf(errcode.CodeBadRequest, "list %q: malformed page token", in.Prefix)
 			}
 			start, tok = new(string(after)), m
 		}

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // EnvEmulatorHost is the variable the GCS SDK reads to talk to an emulator
@@ -116,7 +117,7 @@ func etag(gen int64) string { return strconv.FormatInt(gen, 10) }
 // nothing sent. An empty one is a caller's mistake.
 func generation(op, key, tag string) (int64, error) {
 	if tag == "" {
-		return 0, bucket.Errorf(bucket.CodeBadRequest, "%s %q: if-match with an empty etag", op, key)
+		return 0, errcode.Errorf(errcode.CodeBadRequest, "%s %q: if-match with an empty etag", op, key)
 	}
 	g, err := strconv.ParseInt(bucket.UnquoteETag(tag), 10, 64)
 	if err != nil || g <= 0 {
@@ -188,7 +189,7 @@ func noCredentials(err error) bool {
 }
 
 func badKey(op, key string, err error) error {
-	return bucket.Errorf(bucket.CodeBadRequest, "%s %q: %w", op, key, err)
+	return errcode.Errorf(errcode.CodeBadRequest, "%s %q: %w", op, key, err)
 }
 
 // Get refuses an object over max from the size GCS announces before
@@ -266,7 +267,7 @@ func (b *gcsBucket) Delete(ctx context.Context, key string, cond bucket.Conditio
 		return badKey("delete", key, err)
 	}
 	if cond.Kind == bucket.CondIfAbsent {
-		return bucket.Errorf(bucket.CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
+		return errcode.Errorf(errcode.CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
 	}
 	o, ctx, cancel, err := b.object(ctx, "delete", key, cond)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/gcs"
+	"github.com/deedkit/deed/errcode"
 )
 
 // canned is a GCS JSON API stand-in: it answers the first fail requests
@@ -178,7 +179,7 @@ func TestGenerationIsTheETag(t *testing.T) {
 		t.Fatalf("put with a non-generation etag: %v after %d requests, want precondition failed and none", err, c.count()-n)
 	}
 	_, err = b.Put(t.Context(), "k", []byte("x"), bucket.IfMatch(""))
-	if bucket.CodeOf(err) != bucket.CodeBadRequest || c.count() != n {
+	if errcode.CodeOf(err) != errcode.CodeBadRequest || c.count() != n {
 		t.Fatalf("put with an empty etag: %v after %d requests, want DEED-E040 and none", err, c.count()-n)
 	}
 }

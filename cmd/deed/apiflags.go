@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 )
 
 // The flags of the commands that talk to a daemon (append and read), which
@@ -56,12 +56,12 @@ func (f *apiFlags) client(cfg *config, cmd *cobra.Command) (*client.Client, erro
 	}
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "--addr %q: want http(s)://HOST:PORT of a running 'deed run'", redactURL(addr))
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "--addr %q: want http(s)://HOST:PORT of a running 'deed run'", redactURL(addr))
 	}
 	hc := &http.Client{Timeout: client.DefaultTimeout}
 	if f.caCert != "" {
 		if u.Scheme != "https" {
-			return nil, bucket.Errorf(bucket.CodeBadRequest, "--ca-cert is for an https --addr, not %s", addr)
+			return nil, errcode.Errorf(errcode.CodeBadRequest, "--ca-cert is for an https --addr, not %s", addr)
 		}
 		pool, err := caPool(f.caCert)
 		if err != nil {

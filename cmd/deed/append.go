@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 func newAppendCmd(cfg *config) *cobra.Command {
@@ -47,11 +47,11 @@ before appending it again). With --json the error object has "applied".`,
 			if len(args) == 2 && args[1] != "-" {
 				data = []byte(args[1])
 			} else if data, err = readRecordFromStdin(cfg); err != nil {
-				return bucket.Errorf(bucket.CodeBadRequest, "append %s: read standard input: %w", cell, err)
+				return errcode.Errorf(errcode.CodeBadRequest, "append %s: read standard input: %w", cell, err)
 			}
 			v, err := c.Append(ctx, cell, data)
 			if err != nil {
-				return &writeFailure{bucket.Wrap(err, "append %s", cell)}
+				return &writeFailure{errcode.Wrap(err, "append %s", cell)}
 			}
 			if cfg.json {
 				writeJSON(cfg.inv.Stdout, v)

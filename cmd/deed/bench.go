@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
@@ -96,20 +97,20 @@ const maxBenchSize = 1 << 20
 func (bf *benchFlags) check() error {
 	switch {
 	case bf.duration < 0 || bf.ops < 0:
-		return bucket.Errorf(bucket.CodeBadRequest, "bench: --duration and --ops must not be negative")
+		return errcode.Errorf(errcode.CodeBadRequest, "bench: --duration and --ops must not be negative")
 	case bf.duration == 0 && bf.ops == 0:
-		return bucket.Errorf(bucket.CodeBadRequest, "bench: set --duration or --ops, or each phase would never end")
+		return errcode.Errorf(errcode.CodeBadRequest, "bench: set --duration or --ops, or each phase would never end")
 	case bf.appenders < 1 || bf.claimers < 1:
-		return bucket.Errorf(bucket.CodeBadRequest, "bench: --appenders and --claimers must be at least 1")
+		return errcode.Errorf(errcode.CodeBadRequest, "bench: --appenders and --claimers must be at least 1")
 	case bf.size < 1 || bf.size > maxBenchSize:
-		return bucket.Errorf(bucket.CodeBadRequest, "bench: --size must be 1..%d bytes", maxBenchSize)
+		return errcode.Errorf(errcode.CodeBadRequest, "bench: --size must be 1..%d bytes", maxBenchSize)
 	}
 	bf.prefix = strings.Trim(bf.prefix, "/")
 	if bf.prefix == "" {
 		bf.prefix = "deed-bench/" + randomID(6)
 	}
 	if err := bucket.ValidateKey(bf.prefix + "/x"); err != nil {
-		return bucket.Errorf(bucket.CodeBadRequest, "bench: --prefix: %w", err)
+		return errcode.Errorf(errcode.CodeBadRequest, "bench: --prefix: %w", err)
 	}
 	return nil
 }
@@ -185,10 +186,10 @@ func runBench(ctx context.Context, b bucket.Bucket, bf benchFlags, pr *progress,
 	sb := bucket.WithPrefix(b, bf.prefix)
 	page, err := sb.List(ctx, bucket.ListInput{MaxKeys: 1})
 	if err != nil {
-		return rep, bucket.Wrap(err, "bench: list scratch prefix %s", bf.prefix)
+		return rep, errcode.Wrap(err, "bench: list scratch prefix %s", bf.prefix)
 	}
 	if len(page.Objects) > 0 {
-		return rep, bucket.Errorf(bucket.CodeBadRequest, "bench: scratch prefix %s/ is not empty (first key %q): choose an empty one",
+		return rep, errcode.Errorf(errcode.CodeBadRequest, "bench: scratch prefix %s/ is not empty (first key %q): choose an empty one",
 			bf.prefix, page.Objects[0].Key)
 	}
 	rep.Started = time.Now()
@@ -197,7 +198,7 @@ func runBench(ctx context.Context, b bucket.Bucket, bf benchFlags, pr *progress,
 	if err != nil {
 		log.Warn("bench cleanup incomplete", "prefix", bf.prefix, "err", err)
 		if runErr == nil {
-			runErr = bucket.Wrap(err, "bench: clean up %s", bf.prefix)
+			runErr = errcode.Wrap(err, "bench: clean up %s", bf.prefix)
 		}
 	}
 	return rep, runErr
@@ -220,7 +221,7 @@ func runPhases(ctx context.Context, b bucket.Bucket, bf benchFlags, pr *progress
 	})
 	rep.Put = put
 	if err != nil {
-		return bucket.Wrap(err, "bench: conditional put")
+		return errcode.Wrap(err, "bench: conditional put")
 	}
 
 	if n := int(written.Load()); n > 0 {
@@ -229,7 +230,7 @@ func runPhases(ctx context.Context, b bucket.Bucket, bf benchFlags, pr *progress
 			return err
 		})
 		if err != nil {
-			return bucket.Wrap(err, "bench: get")
+			return errcode.Wrap(err, "bench: get")
 		}
 	}
 
@@ -245,17 +246,17 @@ func runPhases(ctx context.Context, b bucket.Bucket, bf benchFlags, pr *progress
 	})
 	rep.Claim.PutRTTs = rtts(rep.Claim, rep.Put)
 	if err != nil {
-		return bucket.Wrap(err, "bench: claim")
+		return errcode.Wrap(err, "bench: claim")
 	}
 
 	puts := &putCounter{Bucket: b}
 	lease, err := node.Claim(ctx, "append", owner.ClaimOptions{})
 	if err != nil {
-		return bucket.Wrap(err, "bench: append")
+		return errcode.Wrap(err, "bench: append")
 	}
 	lg, err := replication.Open(ctx, puts, lease)
 	if err != nil {
-		return bucket.Wrap(err, "bench: append")
+		return errcode.Wrap(err, "bench: append")
 	}
 	rec := body()
 	puts.n.Store(0)
@@ -271,7 +272,7 @@ func runPhases(ctx context.Context, b bucket.Bucket, bf benchFlags, pr *progress
 	defer cancel()
 	_ = lg.Close(cctx) // stops the writer; the seal is deleted with the rest
 	if err != nil {
-		return bucket.Wrap(err, "bench: append")
+		return errcode.Wrap(err, "bench: append")
 	}
 	return nil
 }
@@ -344,7 +345,7 @@ func runPhase(parent context.Context, name string, workers int, bf benchFlags, p
 	elapsed := time.Since(start)
 	pr.end()
 	if firstErr == nil && parent.Err() != nil {
-		firstErr = bucket.Errorf(bucket.CodeUnavailable, "interrupted: %w", parent.Err())
+		firstErr = errcode.Errorf(errcode.CodeUnavailable, "interrupted: %w", parent.Err())
 	}
 	return summarise(lat, elapsed, workers), firstErr
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -42,7 +43,7 @@ func (cfg *config) getenv(key string) string {
 func (cfg *config) validNames(withNode bool, cells ...string) error {
 	if withNode {
 		if err := owner.ValidateName("node", cfg.node); err != nil {
-			return bucket.Wrap(err, "--node")
+			return errcode.Wrap(err, "--node")
 		}
 	}
 	for _, c := range cells {
@@ -100,19 +101,19 @@ func (w *heldWait) retry(ctx context.Context, what string, try func() error) err
 		if err == nil {
 			return nil
 		}
-		if bucket.CodeOf(err) != bucket.CodeHeld || w.wait <= 0 {
+		if errcode.CodeOf(err) != errcode.CodeHeld || w.wait <= 0 {
 			return err
 		}
 		left := time.Until(w.deadline)
 		if left <= 0 {
-			return bucket.Wrap(err, "still held after waiting %v", w.wait)
+			return errcode.Wrap(err, "still held after waiting %v", w.wait)
 		}
 		if !w.logged {
 			w.logged = true
 			w.log.Info(what+" held; waiting", "wait", w.wait, "err", err)
 		}
 		if serr := sleepCtx(ctx, min(w.poll, left)); serr != nil {
-			return bucket.Wrap(err, "interrupted while waiting")
+			return errcode.Wrap(err, "interrupted while waiting")
 		}
 	}
 }
@@ -162,7 +163,7 @@ func listCells(ctx context.Context, b bucket.Bucket, prefix string, fn func([]st
 	for {
 		page, err := b.List(ctx, bucket.ListInput{Prefix: "cells/" + prefix, Delimiter: "/", Token: token})
 		if err != nil {
-			return bucket.Wrap(err, "list cells")
+			return errcode.Wrap(err, "list cells")
 		}
 		var names []string
 		for _, p := range page.Prefixes {
@@ -190,7 +191,7 @@ func validPrefix(p string) error {
 		return nil
 	}
 	if err := owner.ValidateName("cell", p); err != nil {
-		return bucket.Wrap(err, "--prefix")
+		return errcode.Wrap(err, "--prefix")
 	}
 	return nil
 }

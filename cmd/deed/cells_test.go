@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3/s3test"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -130,7 +131,7 @@ func (r *bgRun) stop(t *testing.T) result {
 	return r.res
 }
 
-func wantExit(t *testing.T, r result, status int, code bucket.Code) {
+func wantExit(t *testing.T, r result, status int, code errcode.Code) {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.status, status, r.stdout, r.stderr)
@@ -204,7 +205,7 @@ func TestClaimShowRelease(t *testing.T) {
 	}
 
 	r = e.run(t, "release", "c1", "--node", "a")
-	wantExit(t, r, 4, bucket.CodeNotHolder)
+	wantExit(t, r, 4, errcode.CodeNotHolder)
 	if !strings.Contains(r.stderr, "held by b at epoch 4") {
 		t.Errorf("stderr %q does not name the holder", r.stderr)
 	}
@@ -233,7 +234,7 @@ func TestClaimShowRelease(t *testing.T) {
 	}
 
 	// A cell never claimed.
-	wantExit(t, e.run(t, "release", "never", "--node", "a"), 4, bucket.CodeNotHolder)
+	wantExit(t, e.run(t, "release", "never", "--node", "a"), 4, errcode.CodeNotHolder)
 	r = e.run(t, "show", "never", "--json")
 	wantExit(t, r, 0, "")
 	if v := decode[map[string]any](t, r.stdout); v["claimed"] != false || v["epoch"] != 0.0 {
@@ -244,9 +245,9 @@ func TestClaimShowRelease(t *testing.T) {
 	if _, err := e.b.Put(t.Context(), owner.CellKey("junk"), []byte("{not json"), bucket.None); err != nil {
 		t.Fatal(err)
 	}
-	wantExit(t, e.run(t, "show", "junk"), 1, bucket.CodeCorruptOwner)
-	wantExit(t, e.run(t, "release", "junk", "--node", "a"), 1, bucket.CodeCorruptOwner)
-	wantExit(t, e.run(t, "claim", "junk", "--node", "a"), 1, bucket.CodeCorruptOwner)
+	wantExit(t, e.run(t, "show", "junk"), 1, errcode.CodeCorruptOwner)
+	wantExit(t, e.run(t, "release", "junk", "--node", "a"), 1, errcode.CodeCorruptOwner)
+	wantExit(t, e.run(t, "claim", "junk", "--node", "a"), 1, errcode.CodeCorruptOwner)
 }
 
 func TestClaimHoldWaitRelease(t *testing.T) {
@@ -260,14 +261,14 @@ func TestClaimHoldWaitRelease(t *testing.T) {
 		t.Fatalf("show while held = %+v", sv)
 	}
 	r = e.run(t, "claim", "c", "--node", "b", "--ttl", "1s")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if !strings.Contains(r.stderr, "held by live node a (unknown address) at epoch 1") {
 		t.Errorf("stderr %q does not name the owner and its address", r.stderr)
 	}
 	// A live, renewing owner is not taken over by waiting past its TTL.
 	start := time.Now()
 	r = e.run(t, "claim", "c", "--node", "b", "--ttl", "1s", "--wait", "1500ms")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if d := time.Since(start); d < 1500*time.Millisecond || !strings.Contains(r.stderr, "still held after waiting 1.5s") {
 		t.Fatalf("waited %v: %s", d, r.stderr)
 	}
@@ -306,7 +307,7 @@ func TestClaimWaitTakesOverDeadNode(t *testing.T) {
 
 	// One look cannot tell it is dead.
 	r := e.run(t, "claim", "c", "--node", "b", "--ttl", "1s")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if !strings.Contains(r.stderr, "live node ghost (http://ghost:7480)") {
 		t.Errorf("stderr %q", r.stderr)
 	}
@@ -330,7 +331,7 @@ func TestClaimHoldLeaseLost(t *testing.T) {
 	hold.waitOut(t, "holding cell c for node a at epoch 1", 10*time.Second)
 	wantExit(t, e.run(t, "claim", "c", "--node", "b", "--force"), 0, "")
 	res := hold.wait(t, 5*time.Second)
-	wantExit(t, res, 3, bucket.CodeSuperseded)
+	wantExit(t, res, 3, errcode.CodeSuperseded)
 	if !strings.Contains(res.stderr, "fenced by a claim at epoch 2 (no holder now)") {
 		t.Errorf("stderr %q", res.stderr)
 	}
@@ -373,7 +374,7 @@ func TestNodesWatch(t *testing.T) {
 		s["ghost"].UnchangedMS < 1100 || s["ghost"].WatchedMS < 1500 {
 		t.Fatalf("watched: %+v", s)
 	}
-	wantExit(t, e.run(t, "nodes", "--ttl", "0s"), 2, bucket.CodeBadRequest)
+	wantExit(t, e.run(t, "nodes", "--ttl", "0s"), 2, errcode.CodeBadRequest)
 }
 
 // smallPages forces two entries per LIST page.
@@ -449,7 +450,7 @@ func TestLs(t *testing.T) {
 			t.Errorf("ls lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	wantExit(t, e.run(t, "ls", "--prefix", "a/b"), 2, bucket.CodeInvalidName)
+	wantExit(t, e.run(t, "ls", "--prefix", "a/b"), 2, errcode.CodeInvalidName)
 }
 
 // TestBadNamesWriteNothing: a bad cell or node name is DEED-E001, exit 2,
@@ -562,8 +563,8 @@ func TestGC(t *testing.T) {
 		t.Errorf("second gc: %s", r.stdout)
 	}
 
-	wantExit(t, e.run(t, "gc"), 2, bucket.CodeBadRequest)
-	wantExit(t, e.run(t, "gc", "snap", "--all"), 2, bucket.CodeBadRequest)
+	wantExit(t, e.run(t, "gc"), 2, errcode.CodeBadRequest)
+	wantExit(t, e.run(t, "gc", "snap", "--all"), 2, errcode.CodeBadRequest)
 }
 
 // TestClaimReleaseNeverActAsLiveNode: claim and release under an explicit
@@ -576,23 +577,23 @@ func TestClaimReleaseNeverActAsLiveNode(t *testing.T) {
 	hold.waitOut(t, "holding cell c for node d1 at epoch 1", 10*time.Second)
 
 	r := e.run(t, "claim", "c", "--node", "d1")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if !strings.Contains(r.stderr, "node id d1 is in use by a live process") || !strings.Contains(r.stderr, "--as-node d1") {
 		t.Errorf("claim as a live node: %q", r.stderr)
 	}
 	r = e.run(t, "claim", "c")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if !strings.Contains(r.stderr, "held by live node d1") {
 		t.Errorf("claim of a live owner's cell: %q", r.stderr)
 	}
-	wantExit(t, e.run(t, "release", "c"), 4, bucket.CodeNotHolder)
-	wantExit(t, e.run(t, "release", "c", "--node", "d1"), 4, bucket.CodeHeld)
-	wantExit(t, e.run(t, "release", "c", "--node", "d1", "--as-node", "d1"), 2, bucket.CodeBadRequest)
+	wantExit(t, e.run(t, "release", "c"), 4, errcode.CodeNotHolder)
+	wantExit(t, e.run(t, "release", "c", "--node", "d1"), 4, errcode.CodeHeld)
+	wantExit(t, e.run(t, "release", "c", "--node", "d1", "--as-node", "d1"), 2, errcode.CodeBadRequest)
 	if rec, _ := e.record(t, "c"); rec.Node != "d1" || rec.Epoch != 1 {
 		t.Fatalf("refused commands changed the record: %+v", rec)
 	}
 	r = e.run(t, "release", "c", "--as-node", "d1")
 	wantExit(t, r, 0, "")
 	res := hold.wait(t, 10*time.Second)
-	wantExit(t, res, 3, bucket.CodeSuperseded)
+	wantExit(t, res, 3, errcode.CodeSuperseded)
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
@@ -80,10 +80,10 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 				return err
 			}
 			if wait < 0 {
-				return bucket.Errorf(bucket.CodeBadRequest, "--wait %v: must not be negative", wait)
+				return errcode.Errorf(errcode.CodeBadRequest, "--wait %v: must not be negative", wait)
 			}
 			if err := owner.ValidateTTL(ttl); err != nil {
-				return bucket.Wrap(err, "--ttl")
+				return errcode.Wrap(err, "--ttl")
 			}
 			b, _, err := cfg.openBucket(ctx)
 			if err != nil {
@@ -92,14 +92,14 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 			log := cfg.nodeLog(cmd)
 			n, err := owner.NewNode(b, owner.Config{Name: cfg.node, TTL: ttl, Logger: log})
 			if err != nil {
-				return bucket.Wrap(err, "--ttl")
+				return errcode.Wrap(err, "--ttl")
 			}
 			hw := newHeldWait(wait, n.Params().TTL, log)
 			var before func() error
 			if hold {
 				// Open refuses a node id that a live process renews.
 				if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
-					return bucket.Wrap(err, "claim %s", cell)
+					return errcode.Wrap(err, "claim %s", cell)
 				}
 				defer cfg.dropOwnLease(ctx, b, n, log) // after every path closed n
 			} else if cfg.nodeSet {
@@ -123,7 +123,7 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 				if hold {
 					closeNode(ctx, n, log)
 				}
-				return bucket.Wrap(err, "claim %s: claimed at epoch %d, but could not seal the older epochs", cell, l.Epoch())
+				return errcode.Wrap(err, "claim %s: claimed at epoch %d, but could not seal the older epochs", cell, l.Epoch())
 			}
 			v := claimCLIView{Cell: cell, Node: l.Node(), Epoch: l.Epoch(), Held: hold}
 			if !hold {
@@ -177,13 +177,13 @@ func holdLease(ctx context.Context, n *owner.Node, l *owner.Lease, lg *replicati
 		cancel()
 		closeNode(ctx, n, log)
 		if err != nil {
-			return bucket.Wrap(err, "release %s", l.Cell())
+			return errcode.Wrap(err, "release %s", l.Cell())
 		}
 		return nil
 	case <-l.Done():
 		_ = closeLog(ctx, lg)
 		closeNode(ctx, n, log)
-		return bucket.Wrap(l.Err(), "hold %s", l.Cell())
+		return errcode.Wrap(l.Err(), "hold %s", l.Cell())
 	}
 }
 

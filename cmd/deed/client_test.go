@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 )
 
 // cliDaemon serves an in-process daemon (package daemon) over e's store,
@@ -118,21 +118,21 @@ func TestAppendRead(t *testing.T) {
 	}
 
 	// Flags beat the environment.
-	wantExit(t, e.run(t, "read", "orders", "--addr", "http://127.0.0.1:1"), 1, bucket.CodeUnavailable)
+	wantExit(t, e.run(t, "read", "orders", "--addr", "http://127.0.0.1:1"), 1, errcode.CodeUnavailable)
 	r = e.run(t, "read", "orders", "--token", "wrong")
-	wantExit(t, r, 2, bucket.CodeUnauthorized)
+	wantExit(t, r, 2, errcode.CodeUnauthorized)
 	delete(e.env, envToken)
-	wantExit(t, e.run(t, "append", "orders", "x"), 2, bucket.CodeUnauthorized)
+	wantExit(t, e.run(t, "append", "orders", "x"), 2, errcode.CodeUnauthorized)
 	e.env[envToken] = testToken
 
 	// The daemon's own refusals keep their codes and exit statuses.
 	r = e.run(t, "append", "orders", strings.Repeat("x", 65))
-	wantExit(t, r, 2, bucket.CodeBadRequest)
-	wantExit(t, e.run(t, "read", "never-held", "--barrier"), 4, bucket.CodeNotHolder)
+	wantExit(t, r, 2, errcode.CodeBadRequest)
+	wantExit(t, e.run(t, "read", "never-held", "--barrier"), 4, errcode.CodeNotHolder)
 	hold := e.start(t, "claim", "taken", "--node", "other", "--hold", "--ttl", "1s")
 	hold.waitOut(t, "holding", 10*time.Second)
 	r = e.run(t, "append", "taken", "x")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if !strings.HasPrefix(r.stderr, "DEED-E020 append taken: ") || !strings.Contains(r.stderr, "held by live node other") {
 		t.Errorf("stderr %q", r.stderr)
 	}
@@ -141,7 +141,7 @@ func TestAppendRead(t *testing.T) {
 	// is refused (DEED-E021, exit 3), and everything it acknowledged stays.
 	wantExit(t, e.run(t, "claim", "orders", "--node", "ops", "--force"), 0, "")
 	r = e.run(t, "append", "orders", "late")
-	wantExit(t, r, 3, bucket.CodeSuperseded)
+	wantExit(t, r, 3, errcode.CodeSuperseded)
 	r = e.run(t, "read", "orders")
 	wantExit(t, r, 0, "")
 	if r.stdout != "1\tfirst\n2\ttwo\nlines\n3\tthird\n" {
@@ -199,18 +199,18 @@ func TestAPIErrorMapping(t *testing.T) {
 		status     int
 		body       string
 		exit       int
-		code       bucket.Code
-		appendCode bucket.Code // when it differs from code
+		code       errcode.Code
+		appendCode errcode.Code // when it differs from code
 	}{
-		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost: cell c epoch 1 superseded"}`, 3, bucket.CodeSuperseded, ""},
-		{503, `{"code":"DEED-E025","error":"DEED-E025 node fenced"}`, 3, bucket.CodeNodeFenced, ""},
-		{409, `{"code":"DEED-E020","error":"DEED-E020 cell c is held by live node b (http://b) at epoch 2","owner":"b"}`, 4, bucket.CodeHeld, ""},
-		{500, `{"code":"DEED-E031","error":"DEED-E031 corrupt transaction file cells/c/ltx/e1/x.ltx"}`, 1, bucket.CodeCorruptTx, ""},
-		{503, `{"code":"DEED-E012","error":"DEED-E012 append to c: outcome unknown","applied":"unknown"}`, 1, bucket.CodeAmbiguous, ""},
-		{502, `<html>bad gateway</html>`, 1, bucket.CodeUnavailable, bucket.CodeAmbiguous},
-		{401, `nope`, 2, bucket.CodeUnauthorized, ""},
-		{405, `nope`, 2, bucket.CodeBadRequest, ""},
-		{200, `not json`, 1, bucket.CodeUnavailable, bucket.CodeAmbiguous},
+		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost: cell c epoch 1 superseded"}`, 3, errcode.CodeSuperseded, ""},
+		{503, `{"code":"DEED-E025","error":"DEED-E025 node fenced"}`, 3, errcode.CodeNodeFenced, ""},
+		{409, `{"code":"DEED-E020","error":"DEED-E020 cell c is held by live node b (http://b) at epoch 2","owner":"b"}`, 4, errcode.CodeHeld, ""},
+		{500, `{"code":"DEED-E031","error":"DEED-E031 corrupt transaction file cells/c/ltx/e1/x.ltx"}`, 1, errcode.CodeCorruptTx, ""},
+		{503, `{"code":"DEED-E012","error":"DEED-E012 append to c: outcome unknown","applied":"unknown"}`, 1, errcode.CodeAmbiguous, ""},
+		{502, `<html>bad gateway</html>`, 1, errcode.CodeUnavailable, errcode.CodeAmbiguous},
+		{401, `nope`, 2, errcode.CodeUnauthorized, ""},
+		{405, `nope`, 2, errcode.CodeBadRequest, ""},
+		{200, `not json`, 1, errcode.CodeUnavailable, errcode.CodeAmbiguous},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(tc.status)
@@ -222,12 +222,12 @@ func TestAPIErrorMapping(t *testing.T) {
 				code = tc.appendCode
 			}
 			r := deed(t, t.Context(), map[string]string{envAddr: srv.URL}, args...)
-			wantExit(t, r, code.ExitStatus(), code)
+			wantExit(t, r, codeExitStatus(code), code)
 			if strings.Count(r.stderr, string(code)) != 1 {
 				t.Errorf("code repeated: %q", r.stderr)
 			}
 			if args[0] == "append" {
-				want := "(applied: " + string(client.AppliedOf(bucket.Errorf(code, "x"))) + ")"
+				want := "(applied: " + string(client.AppliedOf(errcode.Errorf(code, "x"))) + ")"
 				if !strings.HasSuffix(strings.TrimSpace(r.stderr), want) {
 					t.Errorf("append answered %d %s: stderr %q does not end with %s", tc.status, tc.body, r.stderr, want)
 				}

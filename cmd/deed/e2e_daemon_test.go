@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -231,8 +231,8 @@ func e2eForcedClaim(t *testing.T, c *e2eCluster) {
 		t.Fatalf("deed claim --force: exit %d: %s", st, out)
 	}
 	st, body := post(t, a+"/v1/cells/orders/append", "after-fence")
-	if st != 409 || !strings.Contains(body, string(bucket.CodeSuperseded)) {
-		t.Fatalf("append after forced claim: %d %s, want 409 %s", st, body, bucket.CodeSuperseded)
+	if st != 409 || !strings.Contains(body, string(errcode.CodeSuperseded)) {
+		t.Fatalf("append after forced claim: %d %s, want 409 %s", st, body, errcode.CodeSuperseded)
 	}
 	// Every acknowledged record is still read back; the refused one is not.
 	st, body = get(t, a+"/v1/cells/orders/records?limit=1000")
@@ -259,7 +259,7 @@ func e2eKill9Takeover(t *testing.T, c *e2eCluster) {
 			t.Fatal(body)
 		}
 	}
-	if st, body := post(t, b+"/v1/cells/c1/claim", ""); st != 409 || !strings.Contains(body, string(bucket.CodeHeld)) {
+	if st, body := post(t, b+"/v1/cells/c1/claim", ""); st != 409 || !strings.Contains(body, string(errcode.CodeHeld)) {
 		t.Fatalf("claim of a live node's cell: %d %s", st, body)
 	}
 	pa.signal(t, syscall.SIGKILL)
@@ -270,7 +270,7 @@ func e2eKill9Takeover(t *testing.T, c *e2eCluster) {
 			if st == 200 {
 				break
 			}
-			if !strings.Contains(body, string(bucket.CodeHeld)) {
+			if !strings.Contains(body, string(errcode.CodeHeld)) {
 				t.Fatalf("claim %s: %d %s", cell, st, body)
 			}
 			if time.Since(start) > 2*time.Second+2*time.Second {
@@ -317,8 +317,8 @@ func TestE2EBadCellNameWritesNothing(t *testing.T) {
 	c := newE2ECluster(t)
 	for _, args := range [][]string{{"claim", "bad/name"}, {"release", ".."}, {"show", "a b"}} {
 		st, out := c.cli(t, args...)
-		if st != 2 || !strings.HasPrefix(strings.TrimSpace(out), string(bucket.CodeInvalidName)) {
-			t.Fatalf("deed %v: exit %d %q, want exit 2 with %s", args, st, out, bucket.CodeInvalidName)
+		if st != 2 || !strings.HasPrefix(strings.TrimSpace(out), string(errcode.CodeInvalidName)) {
+			t.Fatalf("deed %v: exit %d %q, want exit 2 with %s", args, st, out, errcode.CodeInvalidName)
 		}
 	}
 	st, out := c.cli(t, "ls", "--json")
@@ -352,7 +352,7 @@ func TestE2EFenceExit(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second+1500*time.Millisecond {
 		t.Fatalf("exited %v after the store died; want within about TTL (2s)", took)
 	}
-	if !strings.Contains(pa.out.String(), string(bucket.CodeNodeFenced)) {
-		t.Fatalf("exit message lacks %s:\n%s", bucket.CodeNodeFenced, pa.out.String())
+	if !strings.Contains(pa.out.String(), string(errcode.CodeNodeFenced)) {
+		t.Fatalf("exit message lacks %s:\n%s", errcode.CodeNodeFenced, pa.out.String())
 	}
 }

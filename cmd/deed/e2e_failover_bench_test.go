@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // BenchmarkE2EKill9Failover measures, on the real binary, the time from a
@@ -59,7 +59,7 @@ func kill9Once(t *testing.T, rng *rand.Rand) time.Duration {
 		if st == 200 {
 			return time.Since(start)
 		}
-		if !strings.Contains(body, string(bucket.CodeHeld)) {
+		if !strings.Contains(body, string(errcode.CodeHeld)) {
 			t.Fatalf("claim: %d %s", st, body)
 		}
 		if time.Since(start) > 10*time.Second {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Process-level tests of identities and of exec's guarantees: the real
@@ -56,7 +56,7 @@ func TestE2EClaimOnDaemonHostDoesNotFence(t *testing.T) {
 	}
 
 	st, out := c.cli(t, "claim", "inv")
-	if st != 4 || !strings.Contains(out, string(bucket.CodeHeld)+" ") || !strings.Contains(out, "held by live node "+host) {
+	if st != 4 || !strings.Contains(out, string(errcode.CodeHeld)+" ") || !strings.Contains(out, "held by live node "+host) {
 		t.Errorf("deed claim inv on the daemon's host: exit %d %q, want 4: held by %s", st, out, host)
 	}
 	st, out = c.cli(t, "claim", "inv", "--node", host)
@@ -64,7 +64,7 @@ func TestE2EClaimOnDaemonHostDoesNotFence(t *testing.T) {
 		t.Errorf("deed claim inv --node %s: exit %d %q, want 4: node id in use", host, st, out)
 	}
 	st, out = c.cli(t, "release", "inv")
-	if st != 4 || !strings.Contains(out, string(bucket.CodeNotHolder)+" ") {
+	if st != 4 || !strings.Contains(out, string(errcode.CodeNotHolder)+" ") {
 		t.Errorf("deed release inv: exit %d %q, want 4 (not the holder)", st, out)
 	}
 	if st, body := post(t, api+"/v1/cells/inv/append", "two"); st != 200 {
@@ -74,8 +74,8 @@ func TestE2EClaimOnDaemonHostDoesNotFence(t *testing.T) {
 	if st, out := c.cli(t, "claim", "inv", "--force"); st != 0 || !strings.Contains(out, "fenced cell inv at epoch 2 (no holder") {
 		t.Fatalf("deed claim inv --force: exit %d %q", st, out)
 	}
-	if st, body := post(t, api+"/v1/cells/inv/append", "three"); st != 409 || !strings.Contains(body, string(bucket.CodeSuperseded)) {
-		t.Fatalf("append after the fence: %d %s, want 409 %s", st, body, bucket.CodeSuperseded)
+	if st, body := post(t, api+"/v1/cells/inv/append", "three"); st != 409 || !strings.Contains(body, string(errcode.CodeSuperseded)) {
+		t.Fatalf("append after the fence: %d %s, want 409 %s", st, body, errcode.CodeSuperseded)
 	}
 }
 
@@ -232,8 +232,8 @@ func TestE2EExecStoppedSupervisorNoOverlap(t *testing.T) {
 	if last >= start {
 		t.Fatalf("two exclusive runs overlapped by %v", overlap)
 	}
-	if st != 3 || !strings.Contains(first.out.String(), string(bucket.CodeNodeFenced)) {
-		t.Errorf("stopped exec: exit %d, want 3 with %s\n%s", st, bucket.CodeNodeFenced, first.out)
+	if st != 3 || !strings.Contains(first.out.String(), string(errcode.CodeNodeFenced)) {
+		t.Errorf("stopped exec: exit %d, want 3 with %s\n%s", st, errcode.CodeNodeFenced, first.out)
 	}
 	if !strings.Contains(first.out.String(), "deed exec guard: the fence deadline passed") {
 		t.Errorf("the guard did not say it killed the group:\n%s", first.out)

@@ -18,7 +18,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/daemon/daemontest"
+	"github.com/deedkit/deed/errcode"
 )
 
 // holdingProxy stands between a daemon and its store. While armed, it
@@ -91,8 +93,8 @@ func deedAppend(t *testing.T, api, cell, data string) appendAnswer {
 		return a
 	}
 	var e struct {
-		Code    bucket.Code `json:"code"`
-		Applied string      `json:"applied"`
+		Code    errcode.Code `json:"code"`
+		Applied string       `json:"applied"`
 	}
 	if err := json.Unmarshal(stderr.Bytes(), &e); err != nil {
 		t.Errorf("deed append %s %s: exit %d, stderr %q", cell, data, a.Status, stderr.String())
@@ -109,13 +111,13 @@ func deedAppend(t *testing.T, api, cell, data string) appendAnswer {
 // DEED-E011, and their records were in the log.
 func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 	c := newE2ECluster(t)
-	var s3 string
+	var s3URL string
 	for _, kv := range c.env {
 		if v, ok := strings.CutPrefix(kv, envEndpoint+"="); ok {
-			s3 = v
+			s3URL = v
 		}
 	}
-	px := &holdingProxy{target: s3, held: make(chan string, 16), release: make(chan struct{})}
+	px := &holdingProxy{target: s3URL, held: make(chan string, 16), release: make(chan struct{})}
 	srv := httptest.NewServer(px)
 	defer srv.Close()
 	released := false
@@ -167,7 +169,7 @@ func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bucket.OpenS3(t.Context(), loc, bucket.S3Options{Endpoint: s3,
+	b, err := s3.Open(t.Context(), loc, s3.Options{Endpoint: s3URL,
 		Credentials: credentials.NewStaticCredentialsProvider(c.creds.AccessKeyID, c.creds.SecretAccessKey, "")})
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +180,7 @@ func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 		for _, a := range answers {
 			if strings.HasPrefix(a.Data, cell+"-") {
 				mine = append(mine, a)
-				if a.Code == bucket.CodeAmbiguous {
+				if a.Code == errcode.CodeAmbiguous {
 					unknown++
 				}
 			}

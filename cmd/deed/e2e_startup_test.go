@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // hangingStore accepts connections and never answers: a store whose probe
@@ -56,7 +56,7 @@ func TestE2ERunBindsBeforeProbe(t *testing.T) {
 	}
 	defer busy.Close()
 	p := startDeed(t, storeEnv(store), "run", "--node", "n", "--listen", busy.Addr().String())
-	if code := p.wait(t, 20*time.Second); code != 2 || !strings.Contains(p.out.String(), string(bucket.CodeBadRequest)) || !strings.Contains(p.out.String(), "address already in use") {
+	if code := p.wait(t, 20*time.Second); code != 2 || !strings.Contains(p.out.String(), string(errcode.CodeBadRequest)) || !strings.Contains(p.out.String(), "address already in use") {
 		t.Fatalf("deed run on a port in use: exit %d:\n%s", code, p.out.String())
 	}
 
@@ -68,7 +68,7 @@ func TestE2ERunBindsBeforeProbe(t *testing.T) {
 		t.Fatalf("/readyz during the probe: %d %s", st, body)
 	}
 	st, body = post(t, "http://"+addr+"/v1/cells/c/append", "x")
-	if st != 503 || !strings.Contains(body, string(bucket.CodeUnavailable)) || !strings.Contains(body, `"applied":"no"`) {
+	if st != 503 || !strings.Contains(body, string(errcode.CodeUnavailable)) || !strings.Contains(body, `"applied":"no"`) {
 		t.Fatalf("append during the probe: %d %s", st, body)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -78,8 +78,8 @@ func TestE2EDamagedStoreFile(t *testing.T) {
 				}
 				code := p.wait(t, 20*time.Second)
 				out := p.out.String()
-				if code != bucket.CodeCorruptStore.ExitStatus() || !strings.Contains(out, string(bucket.CodeCorruptStore)) || !strings.Contains(out, path) {
-					t.Fatalf("%v, output:\n%s\nwant exit %d with DEED-E032 naming %s", p.cmd.ProcessState, out, bucket.CodeCorruptStore.ExitStatus(), path)
+				if code != codeExitStatus(errcode.CodeCorruptStore) || !strings.Contains(out, string(errcode.CodeCorruptStore)) || !strings.Contains(out, path) {
+					t.Fatalf("%v, output:\n%s\nwant exit %d with DEED-E032 naming %s", p.cmd.ProcessState, out, codeExitStatus(errcode.CodeCorruptStore), path)
 				}
 				if got, _ := os.ReadFile(path); !bytes.Equal(got, c.body) {
 					t.Fatalf("the refused store file changed: %d bytes, was %d", len(got), len(c.body))

@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
+	"github.com/deedkit/deed/errcode"
 )
 
 // End-to-end tests of the CLI's cell commands: the real binary (built once
@@ -65,7 +67,7 @@ func e2eBucket(t *testing.T, c *e2eCluster) bucket.Bucket {
 		t.Fatal(err)
 	}
 	loc.Prefix = ""
-	b, err := bucket.OpenS3(t.Context(), loc, bucket.S3Options{Endpoint: endpoint,
+	b, err := s3.Open(t.Context(), loc, s3.Options{Endpoint: endpoint,
 		Credentials: credentials.NewStaticCredentialsProvider(c.creds.AccessKeyID, c.creds.SecretAccessKey, "")})
 	if err != nil {
 		t.Fatal(err)
@@ -171,8 +173,8 @@ func TestE2EExecBadNamesWriteNothing(t *testing.T) {
 		{"gc", "bad/name"},
 	} {
 		st, out := c.cli(t, args...)
-		if st != 2 || !strings.HasPrefix(out, string(bucket.CodeInvalidName)+" ") {
-			t.Errorf("deed %q: exit %d %q, want 2 and %s", args, st, out, bucket.CodeInvalidName)
+		if st != 2 || !strings.HasPrefix(out, string(errcode.CodeInvalidName)+" ") {
+			t.Errorf("deed %q: exit %d %q, want 2 and %s", args, st, out, errcode.CodeInvalidName)
 		}
 	}
 	page, err := bucket.ListAll(t.Context(), e2eBucket(t, c), bucket.ListInput{})

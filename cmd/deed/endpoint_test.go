@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -27,9 +27,9 @@ func TestWrongEndpointIsNotS3(t *testing.T) {
 	} {
 		args = append(args, "--bucket", "s3://deed", "--endpoint", srv.URL)
 		r := deed(t, t.Context(), nil, args...)
-		if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") ||
+		if r.status != 2 || !strings.HasPrefix(r.stderr, string(errcode.CodeBadRequest)+" ") ||
 			!strings.Contains(r.stderr, srv.URL) || !strings.Contains(r.stderr, "deed daemon") {
-			t.Errorf("deed %q: exit %d\nstdout %q\nstderr %q\nwant exit 2, %s naming the daemon at %s", args, r.status, r.stdout, r.stderr, bucket.CodeBadRequest, srv.URL)
+			t.Errorf("deed %q: exit %d\nstdout %q\nstderr %q\nwant exit 2, %s naming the daemon at %s", args, r.status, r.stdout, r.stderr, errcode.CodeBadRequest, srv.URL)
 		}
 	}
 }
@@ -40,7 +40,7 @@ func TestReadNeverClaimed(t *testing.T) {
 	srv := serveDaemon(t, fakes3.NewMem(), "node-a", 2*time.Second, daemon.APIConfig{}, nil)
 	c := apiClient(t, srv.URL, "")
 	r := deed(t, t.Context(), nil, "read", "nope", "--addr", srv.URL)
-	if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") || !strings.Contains(r.stderr, "never claimed") {
+	if r.status != 2 || !strings.HasPrefix(r.stderr, string(errcode.CodeBadRequest)+" ") || !strings.Contains(r.stderr, "never claimed") {
 		t.Errorf("read of a never-claimed cell: exit %d %q %q", r.status, r.stdout, r.stderr)
 	}
 	if _, err := c.Claim(t.Context(), "empty", false); err != nil {

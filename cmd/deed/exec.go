@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
@@ -38,7 +39,7 @@ func (e *childExit) Error() string { return fmt.Sprintf("command exited with sta
 // errGuardExited ends an exec whose guard process died: the command is
 // killed, since nothing would stop it in time were exec paused. Exit 3,
 // as for a fenced node: the run's exclusivity can no longer be vouched for.
-var errGuardExited = bucket.Errorf(bucket.CodeNodeFenced, "the exec guard process exited: nothing would stop the command in time if this process were paused")
+var errGuardExited = errcode.Errorf(errcode.CodeNodeFenced, "the exec guard process exited: nothing would stop the command in time if this process were paused")
 
 // signalGrace is how long exec waits after an interrupt before it sends
 // SIGTERM itself, when its context was cancelled without a signal reaching
@@ -120,14 +121,14 @@ is CMD's.`,
 				return err
 			}
 			if wait < 0 || grace < 0 {
-				return bucket.Errorf(bucket.CodeBadRequest, "--wait and --grace must not be negative")
+				return errcode.Errorf(errcode.CodeBadRequest, "--wait and --grace must not be negative")
 			}
 			if err := owner.ValidateTTL(ttl); err != nil {
-				return bucket.Wrap(err, "--ttl")
+				return errcode.Wrap(err, "--ttl")
 			}
 			path, err := exec.LookPath(argv[0])
 			if err != nil {
-				return bucket.Errorf(bucket.CodeBadRequest, "exec %s: cannot run %q: %w", cell, argv[0], err)
+				return errcode.Errorf(errcode.CodeBadRequest, "exec %s: cannot run %q: %w", cell, argv[0], err)
 			}
 			b, loc, err := cfg.openBucket(ctx)
 			if err != nil {
@@ -136,14 +137,14 @@ is CMD's.`,
 			log := cfg.nodeLog(cmd)
 			n, err := owner.NewNode(b, owner.Config{Name: cfg.node, TTL: ttl, Logger: log})
 			if err != nil {
-				return bucket.Wrap(err, "--ttl")
+				return errcode.Wrap(err, "--ttl")
 			}
 			// One --wait covers every "held" answer: the node id in use
 			// (an explicit --node another live process runs under), then
 			// the cell.
 			hw := newHeldWait(wait, n.Params().TTL, log)
 			if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
-				return bucket.Wrap(err, "exec %s", cell)
+				return errcode.Wrap(err, "exec %s", cell)
 			}
 			defer cfg.dropOwnLease(ctx, b, n, log) // after every path closed n
 			l, err := hw.claim(ctx, n, cell, false, nil)
@@ -156,7 +157,7 @@ is CMD's.`,
 			g, err := startGuard(cfg.inv.Stderr)
 			if err != nil {
 				releaseAndClose(ctx, n, l, log)
-				return bucket.Wrap(err, "exec %s", cell)
+				return errcode.Wrap(err, "exec %s", cell)
 			}
 			g.setDeadline(n.FenceDeadline())
 			stopFeed := feedGuard(g, n)
@@ -182,22 +183,22 @@ is CMD's.`,
 			g.finish()
 			if err != nil { // CMD did not start
 				releaseAndClose(ctx, n, l, log)
-				return bucket.Errorf(bucket.CodeBadRequest, "exec %s: start %q: %w", cell, argv[0], err)
+				return errcode.Errorf(errcode.CodeBadRequest, "exec %s: start %q: %w", cell, argv[0], err)
 			}
 			if errors.Is(lost, errGuardExited) {
 				closeNode(ctx, n, log)
-				return bucket.Wrap(lost, "exec %s: command killed (exit status %d)", cell, status)
+				return errcode.Wrap(lost, "exec %s: command killed (exit status %d)", cell, status)
 			}
 			if lost != nil {
 				closeNode(ctx, n, log)
-				return bucket.Wrap(lost, "exec %s: command stopped (exit status %d) because the lease was lost", cell, status)
+				return errcode.Wrap(lost, "exec %s: command stopped (exit status %d) because the lease was lost", cell, status)
 			}
 			if err := releaseAndClose(ctx, n, l, log); err != nil {
-				switch bucket.CodeOf(err) {
-				case bucket.CodeSuperseded, bucket.CodeNodeFenced:
+				switch errcode.CodeOf(err) {
+				case errcode.CodeSuperseded, errcode.CodeNodeFenced:
 					// The record changed under CMD before it finished: its
 					// exclusive run cannot be vouched for.
-					return bucket.Wrap(err, "exec %s: command exited with status %d, but the lease was lost before the release", cell, status)
+					return errcode.Wrap(err, "exec %s: command exited with status %d, but the lease was lost before the release", cell, status)
 				}
 				log.Warn("release failed; the cell stays held until the node lease expires", "cell", cell, "err", err)
 			}
@@ -253,7 +254,7 @@ func splitExecArgs(cmd *cobra.Command, args []string) (string, []string, error) 
 	case dash == -1 || dash == 1:
 		return args[0], args[1:], nil
 	default:
-		return "", nil, bucket.Errorf(bucket.CodeBadRequest, "usage: deed exec CELL [flags] -- CMD [ARGS...]: want exactly one CELL before --, got %d", dash)
+		return "", nil, errcode.Errorf(errcode.CodeBadRequest, "usage: deed exec CELL [flags] -- CMD [ARGS...]: want exactly one CELL before --, got %d", dash)
 	}
 }
 
@@ -369,7 +370,7 @@ func supervise(ctx context.Context, c *exec.Cmd, l *owner.Lease, g *execGuard, g
 			}
 		case <-leaseDone:
 			leaseDone = nil
-			if err := l.Err(); bucket.CodeOf(err) != bucket.CodeReleased {
+			if err := l.Err(); errcode.CodeOf(err) != errcode.CodeReleased {
 				lost = err
 				log.Info("lease lost; stopping the command", "cell", l.Cell(), "err", err)
 				send(sigTERM)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -50,11 +50,11 @@ func TestExecEnvAndStatus(t *testing.T) {
 
 	// Usage errors are refused before anything is written.
 	before := len(e.keys(t))
-	wantExit(t, e.run(t, "exec", "job", "extra", "--", "true"), 2, bucket.CodeBadRequest)
-	wantExit(t, e.run(t, "exec", "job"), 2, bucket.CodeBadRequest)
-	wantExit(t, e.run(t, "exec", "--", "true"), 2, bucket.CodeBadRequest)
-	wantExit(t, e.run(t, "exec", "job", "--node", "x1", "--", "no-such-command-deed"), 2, bucket.CodeBadRequest)
-	wantExit(t, e.run(t, "exec", "job", "--node", "x1", "--ttl", "-1s", "--", "true"), 2, bucket.CodeBadRequest)
+	wantExit(t, e.run(t, "exec", "job", "extra", "--", "true"), 2, errcode.CodeBadRequest)
+	wantExit(t, e.run(t, "exec", "job"), 2, errcode.CodeBadRequest)
+	wantExit(t, e.run(t, "exec", "--", "true"), 2, errcode.CodeBadRequest)
+	wantExit(t, e.run(t, "exec", "job", "--node", "x1", "--", "no-such-command-deed"), 2, errcode.CodeBadRequest)
+	wantExit(t, e.run(t, "exec", "job", "--node", "x1", "--ttl", "-1s", "--", "true"), 2, errcode.CodeBadRequest)
 	if after := len(e.keys(t)); after != before {
 		t.Fatalf("refused execs wrote %d objects", after-before)
 	}
@@ -68,17 +68,17 @@ func TestExecHeld(t *testing.T) {
 	// Another node: held by a live node, exit 4 at once.
 	start := time.Now()
 	r := e.run(t, "exec", "job", "--node", "b", "--ttl", "1s", "--", "echo", "must not run")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if strings.Contains(r.stdout, "must not run") || !strings.Contains(r.stderr, "held by live node a") {
 		t.Fatalf("second exec: %+v", r)
 	}
 	t.Logf("second exec refused in %v", time.Since(start))
 	// --wait gives up after the wait, still exit 4.
 	r = e.run(t, "exec", "job", "--node", "b", "--ttl", "1s", "--wait", "400ms", "--", "echo", "must not run")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	// The same node id: its node lease is renewed by a live process.
 	r = e.run(t, "exec", "job", "--node", "a", "--ttl", "1s", "--", "echo", "must not run")
-	wantExit(t, r, 4, bucket.CodeHeld)
+	wantExit(t, r, 4, errcode.CodeHeld)
 	if !strings.Contains(r.stderr, "node id a is in use by a live process") {
 		t.Errorf("same node: %q", r.stderr)
 	}
@@ -115,7 +115,7 @@ func TestExecLeaseLost(t *testing.T) {
 	wantExit(t, e.run(t, "claim", "job", "--node", "b", "--force"), 0, "")
 	res := ex.wait(t, 10*time.Second)
 	took := time.Since(start)
-	wantExit(t, res, 3, bucket.CodeSuperseded)
+	wantExit(t, res, 3, errcode.CodeSuperseded)
 	if !strings.Contains(res.stderr, "because the lease was lost") || !strings.Contains(res.stderr, "fenced by a claim at epoch 2") {
 		t.Errorf("stderr %q", res.stderr)
 	}
@@ -140,7 +140,7 @@ func TestExecLeaseLostKillsAfterGrace(t *testing.T) {
 	ex.waitOut(t, "running", 10*time.Second)
 	wantExit(t, e.run(t, "release", "job", "--node", "ops", "--force"), 0, "")
 	res := ex.wait(t, 10*time.Second)
-	wantExit(t, res, 3, bucket.CodeSuperseded)
+	wantExit(t, res, 3, errcode.CodeSuperseded)
 	if !strings.Contains(res.stderr, "exit status 137") || !strings.Contains(res.stderr, "released by someone else") {
 		t.Errorf("stderr %q", res.stderr)
 	}

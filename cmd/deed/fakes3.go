@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -86,19 +88,19 @@ exit status 5.`,
 				Credentials:      creds,
 			})
 			if err != nil {
-				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
+				return errcode.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			url, err := srv.Start(listen)
 			if err != nil {
 				_ = srv.Close()
-				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
+				return errcode.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			printFakeBanner(cfg, url, dir, names, ignore, creds, credsFile)
 
 			<-ctx.Done()
 			cfg.log.Info("fakes3 shutting down", "url", url)
 			if err := srv.Close(); err != nil {
-				return bucket.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
+				return errcode.Wrap(err, "fakes3") // a damaged store file keeps its DEED-E032
 			}
 			return nil
 		},
@@ -121,13 +123,13 @@ func storeCredentials(dir string) (fakes3.Credentials, string, error) {
 	if dir == "" {
 		c, err := fakes3.NewCredentials()
 		if err != nil {
-			return c, "", bucket.Errorf(bucket.CodeUnavailable, "store credentials: %w", err)
+			return c, "", errcode.Errorf(errcode.CodeUnavailable, "store credentials: %w", err)
 		}
 		return c, "", nil
 	}
 	c, path, _, err := fakes3.LoadOrCreateCredentials(dir)
 	if err != nil {
-		return c, path, bucket.Errorf(bucket.CodeBadRequest, "store credentials in %s: %w", dir, err)
+		return c, path, errcode.Errorf(errcode.CodeBadRequest, "store credentials in %s: %w", dir, err)
 	}
 	return c, path, nil
 }
@@ -138,10 +140,10 @@ func storeCredentials(dir string) (fakes3.Credentials, string, error) {
 func checkLoopbackListen(flag, addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return bucket.Errorf(bucket.CodeBadRequest, "%s %q: %w", flag, addr, err)
+		return errcode.Errorf(errcode.CodeBadRequest, "%s %q: %w", flag, addr, err)
 	}
 	if !isLoopback(host) {
-		return bucket.Errorf(bucket.CodeBadRequest, "%s %s is not a loopback address: deed's own store serves plain HTTP for one machine "+
+		return errcode.Errorf(errcode.CodeBadRequest, "%s %s is not a loopback address: deed's own store serves plain HTTP for one machine "+
 			"(use 127.0.0.1:PORT; to share a bucket between machines, use a real S3-compatible store)", flag, addr)
 	}
 	return nil
@@ -166,12 +168,12 @@ func fakeBuckets(flags []string, getenv func(string) string) ([]string, error) {
 		if strings.HasPrefix(v, "s3://") {
 			loc, err := bucket.ParseURL(v)
 			if err != nil {
-				return nil, bucket.Errorf(bucket.CodeBadRequest, "fakes3 --bucket: %w", err)
+				return nil, errcode.Errorf(errcode.CodeBadRequest, "fakes3 --bucket: %w", err)
 			}
 			name = loc.Bucket
 		}
 		if !bucketName.MatchString(name) {
-			return nil, bucket.Errorf(bucket.CodeBadRequest, "fakes3 --bucket %q: want a bucket name of 3-63 characters [a-z0-9.-]", v)
+			return nil, errcode.Errorf(errcode.CodeBadRequest, "fakes3 --bucket %q: want a bucket name of 3-63 characters [a-z0-9.-]", v)
 		}
 		names = append(names, name)
 	}
@@ -191,7 +193,7 @@ func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool, 
 		// Open store: the SDK still needs something to sign with.
 		env = append(env, [2]string{envAccessKeyID, "any"}, [2]string{envSecretAccessKey, "any"})
 	}
-	env = append(env, [2]string{envRegion, bucket.DefaultRegion})
+	env = append(env, [2]string{envRegion, s3.DefaultRegion})
 	if cfg.json {
 		m := map[string]string{}
 		for _, kv := range env {
@@ -216,7 +218,7 @@ func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool, 
 	fmt.Fprintf(w, "deed fakes3: serving %s (%s), buckets: %s\n", url, store, strings.Join(names, ", "))
 	if ignore {
 		fmt.Fprintf(w, "WARNING: --ignore-conditions: this server ignores If-Match/If-None-Match like a broken store;\n"+
-			"         'deed probe' against it fails with %s (exit 5).\n", bucket.CodeContract)
+			"         'deed probe' against it fails with %s (exit 5).\n", errcode.CodeContract)
 	}
 	if creds == nil {
 		fmt.Fprintf(w, "WARNING: --no-auth: this store accepts unsigned requests and any credentials;\n"+

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -55,7 +56,7 @@ With --json it prints one JSON object per cell and line:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if all == (len(args) == 1) {
-				return bucket.Errorf(bucket.CodeBadRequest, "usage: deed gc CELL|--all [--dry-run]: name one cell or --all")
+				return errcode.Errorf(errcode.CodeBadRequest, "usage: deed gc CELL|--all [--dry-run]: name one cell or --all")
 			}
 			if !all {
 				if err := cfg.validNames(false, args[0]); err != nil {
@@ -92,7 +93,7 @@ With --json it prints one JSON object per cell and line:
 				return err
 			}
 			if first != nil {
-				return bucket.Wrap(first, "gc --all: %d of %d cells failed; the first", failed, total)
+				return errcode.Wrap(first, "gc --all: %d of %d cells failed; the first", failed, total)
 			}
 			return nil
 		},
@@ -107,7 +108,7 @@ With --json it prints one JSON object per cell and line:
 func gcCell(ctx context.Context, cfg *config, b bucket.Bucket, cell string, opts replication.GCOptions) error {
 	rep, err := replication.GC(ctx, b, cell, opts)
 	if err != nil {
-		return bucket.Wrap(err, "gc %s", cell)
+		return errcode.Wrap(err, "gc %s", cell)
 	}
 	v := gcView{Cell: cell, Snapshot: rep.Snapshot, Deleted: rep.Deleted, Bytes: rep.Bytes, Markers: rep.Markers, Strays: rep.Strays, DryRun: rep.DryRun}
 	if v.Deleted == nil {

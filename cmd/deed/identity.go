@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -39,7 +40,7 @@ const asNodeFlag = "as-node"
 func (cfg *config) ownIdentity(cmd *cobra.Command, kind, asNode string) (bool, error) {
 	if cmd.Flags().Changed(asNodeFlag) {
 		if cfg.nodeSet {
-			return false, bucket.Errorf(bucket.CodeBadRequest, "--node and --%s: give one (--%s acts as a running node's id on purpose)", asNodeFlag, asNodeFlag)
+			return false, errcode.Errorf(errcode.CodeBadRequest, "--node and --%s: give one (--%s acts as a running node's id on purpose)", asNodeFlag, asNodeFlag)
 		}
 		cfg.node = asNode
 		return true, nil
@@ -82,7 +83,7 @@ func newIdentity(kind string) string {
 func refuseLiveNode(ctx context.Context, b bucket.Bucket, node string) error {
 	ob, err := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin}).Observe(ctx, node)
 	if err != nil {
-		return bucket.Wrap(err, "read node lease %s", node)
+		return errcode.Wrap(err, "read node lease %s", node)
 	}
 	if !ob.Exists || ob.Released {
 		return nil
@@ -91,7 +92,7 @@ func refuseLiveNode(ctx context.Context, b bucket.Bucket, node string) error {
 	if addr == "" {
 		addr = "unknown address"
 	}
-	return bucket.Errorf(bucket.CodeHeld, "node id %s is in use by a live process (incarnation %s, %s): acting as it would fence it; omit --node to act under an id of your own, or pass --%s %s to act as that node on purpose",
+	return errcode.Errorf(errcode.CodeHeld, "node id %s is in use by a live process (incarnation %s, %s): acting as it would fence it; omit --node to act under an id of your own, or pass --%s %s to act as that node on purpose",
 		node, ob.Incarnation, addr, asNodeFlag, node)
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -109,7 +110,7 @@ func readRecords(ctx context.Context, b bucket.Bucket, cells []string) ([]lsRow,
 			rec, exists, err := owner.Inspect(ctx, b, cell)
 			rows[i] = lsRow{Cell: cell, Node: rec.Node, Epoch: rec.Epoch, Released: exists && rec.Released(), Claimed: exists}
 			switch {
-			case bucket.CodeOf(err) == bucket.CodeCorruptOwner:
+			case errcode.CodeOf(err) == errcode.CodeCorruptOwner:
 				rows[i].Claimed, rows[i].Error = true, err.Error()
 			case err != nil:
 				errs[i] = err

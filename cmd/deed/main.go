@@ -3,7 +3,7 @@
 // and (in later versions) runs the node daemon and operates on cells.
 //
 // Every error it prints starts with a stable DEED-Ennn code, and its exit
-// status is a function of that code alone (bucket.Code.ExitStatus), so that
+// status is a function of that code alone (codeExitStatus), so that
 // scripts can branch on the status without parsing messages.
 package main
 

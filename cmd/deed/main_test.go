@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/probe"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
@@ -122,11 +123,11 @@ func TestProbeJSON(t *testing.T) {
 		if r.status != 0 {
 			t.Fatalf("exit %d, stderr %s", r.status, r.stderr)
 		}
-		var rep bucket.ProbeReport
+		var rep probe.Report
 		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 			t.Fatalf("stdout is not a JSON report: %v\n%s", err, r.stdout)
 		}
-		if !rep.OK || rep.Verdict != bucket.VerdictPass || len(rep.Checks) != 10 || rep.Quirks.IfMatchMissingStatus != 404 || !rep.Quirks.ListAfterWrite {
+		if !rep.OK || rep.Verdict != probe.VerdictPass || len(rep.Checks) != 10 || rep.Quirks.IfMatchMissingStatus != 404 || !rep.Quirks.ListAfterWrite {
 			t.Errorf("report = %+v", rep)
 		}
 	})

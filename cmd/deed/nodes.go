@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -32,8 +32,8 @@ type nodeRow struct {
 	UnchangedMS int64 `json:"unchanged_ms"`
 	WatchedMS   int64 `json:"watched_ms"`
 	// Code and Error are set for a corrupt lease (DEED-E030).
-	Code  bucket.Code `json:"code,omitempty"`
-	Error string      `json:"error,omitempty"`
+	Code  errcode.Code `json:"code,omitempty"`
+	Error string       `json:"error,omitempty"`
 }
 
 func newNodesCmd(cfg *config) *cobra.Command {
@@ -72,11 +72,11 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if watch < 0 {
-				return bucket.Errorf(bucket.CodeBadRequest, "--watch %v: must not be negative", watch)
+				return errcode.Errorf(errcode.CodeBadRequest, "--watch %v: must not be negative", watch)
 			}
 			p := owner.Params{TTL: ttl, Margin: min(owner.DefaultMargin, ttl/10)}
 			if err := p.Validate(); err != nil {
-				return bucket.Wrap(err, "--ttl")
+				return errcode.Wrap(err, "--ttl")
 			}
 			b, _, err := cfg.openBucket(ctx)
 			if err != nil {
@@ -85,7 +85,7 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 			obs := owner.NewObserver(b, p)
 			start := time.Now()
 			if err := obs.Refresh(ctx); err != nil {
-				return bucket.Wrap(err, "nodes")
+				return errcode.Wrap(err, "nodes")
 			}
 			first := time.Now() // an ETag first seen after this changed during the watch
 			if watch > 0 {
@@ -103,7 +103,7 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 						if ctx.Err() != nil {
 							break
 						}
-						return bucket.Wrap(err, "nodes")
+						return errcode.Wrap(err, "nodes")
 					}
 				}
 			}
@@ -123,7 +123,7 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 				}
 				r.State = nodeState(v, r.Alive, changed)
 				if v.Corrupt != "" {
-					r.Code, r.Error = bucket.CodeCorruptOwner, v.Corrupt
+					r.Code, r.Error = errcode.CodeCorruptOwner, v.Corrupt
 				}
 				rows = append(rows, r)
 			}
@@ -144,7 +144,7 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 					time.Duration(r.TTLMS)*time.Millisecond, (time.Duration(r.UnchangedMS) * time.Millisecond).Round(time.Millisecond))
 			}
 			if err := tw.Flush(); err != nil {
-				return bucket.Errorf(bucket.CodeUnavailable, "write: %w", err)
+				return errcode.Errorf(errcode.CodeUnavailable, "write: %w", err)
 			}
 			for _, r := range rows {
 				if r.Error != "" {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -37,7 +38,7 @@ func TestNodesFlagsCorruptLeases(t *testing.T) {
 	}
 	for _, node := range []string{"notjson", "empty", "huge", "forever"} {
 		row := rows[node]
-		if row.State != "corrupt" || row.Code != bucket.CodeCorruptOwner || !strings.Contains(row.Error, owner.NodeKey(node)) || row.TTLMS != 0 {
+		if row.State != "corrupt" || row.Code != errcode.CodeCorruptOwner || !strings.Contains(row.Error, owner.NodeKey(node)) || row.TTLMS != 0 {
 			t.Errorf("%s: %+v, want state corrupt, code DEED-E030 and an error naming its key", node, row)
 		}
 	}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/probe"
 )
 
 func newProbeCmd(cfg *config) *cobra.Command {
@@ -46,7 +49,7 @@ configuration or credentials.`,
 				defer cancel()
 			}
 			cfg.log.Debug("probe starting", "bucket", loc.String(), "prefix", prefix, "racers", racers)
-			rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{Prefix: prefix, Racers: racers})
+			rep, err := probe.Run(ctx, b, probe.Options{Prefix: prefix, Racers: racers})
 			if len(rep.Checks) == 0 && err != nil {
 				return err // rejected options: there is no report to show
 			}
@@ -54,14 +57,83 @@ configuration or credentials.`,
 			if cfg.json {
 				writeJSON(cfg.inv.Stdout, rep)
 			} else {
-				_ = rep.WriteText(cfg.inv.Stdout)
+				_ = writeProbeText(cfg.inv.Stdout, rep)
 			}
 			return err
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&prefix, "prefix", "", "scratch prefix inside the bucket; must be empty (default deed-probe/<random>)")
-	f.IntVar(&racers, "racers", bucket.DefaultProbeRacers, "concurrent creates in the race check")
+	f.IntVar(&racers, "racers", probe.DefaultRacers, "concurrent creates in the race check")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long (0: no limit); cleanup runs regardless")
 	return cmd
+}
+
+// writeProbeText prints a probe report for humans: one line per check, then
+// the verdict. It writes nothing about how to exit; the caller maps the
+// error.
+func writeProbeText(w io.Writer, r probe.Report) error {
+	var b strings.Builder
+	target := r.Bucket
+	if target == "" {
+		target = "bucket"
+	}
+	fmt.Fprintf(&b, "deed probe: %s (scratch prefix %s, %d racers)\n", target, r.Prefix, r.Racers)
+	width := 0
+	for _, c := range r.Checks {
+		width = max(width, len(c.Name))
+	}
+	for _, c := range r.Checks {
+		status := "PASS"
+		switch {
+		case !c.OK && c.Inconclusive:
+			status = "ERR "
+		case !c.OK:
+			status = "FAIL"
+		case c.Warning:
+			status = "WARN"
+		}
+		fmt.Fprintf(&b, "  %s  %-*s  %8s  %s\n", status, width, c.Name, fmtDuration(c.Duration), c.Detail)
+	}
+	q := r.Quirks
+	imm := "not observed"
+	if q.IfMatchMissingStatus != 0 {
+		imm = fmt.Sprint(q.IfMatchMissingStatus)
+	}
+	fmt.Fprintf(&b, "quirks: if-match on missing key -> %s; conditional delete: %s; list after write: %s; quoted etags: %s",
+		imm, yesNo(q.ConditionalDelete), yesNo(q.ListAfterWrite), yesNo(q.QuotedETags))
+	if len(q.Observed) > 0 {
+		fmt.Fprintf(&b, " (quirks table: %s)", strings.Join(q.Observed, ", "))
+	}
+	b.WriteString("\n")
+	switch r.Verdict {
+	case probe.VerdictPass:
+		fmt.Fprintf(&b, "verdict: PASS in %s: the store honours conditional writes\n", fmtDuration(r.Duration))
+	case probe.VerdictWarn:
+		fmt.Fprintf(&b, "verdict: PASS with %d warning(s) in %s: the store honours conditional writes\n", r.Warnings(), fmtDuration(r.Duration))
+	case probe.VerdictFail:
+		fmt.Fprintf(&b, "verdict: FAIL (%s): the store does not honour conditional writes; deed must not use it\n", r.Code)
+	default:
+		fmt.Fprintf(&b, "verdict: ERROR (%s): the probe could not finish: %s\n", r.Code, r.Error)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func yesNo(v bool) string {
+	if v {
+		return "yes"
+	}
+	return "no"
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	default:
+		return d.Round(time.Microsecond).String()
+	}
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 )
 
 // readPage is how many records read asks the daemon for at a time: the
@@ -53,7 +53,7 @@ waits for its first record instead.)`,
 				return err
 			}
 			if limit < 0 || poll <= 0 {
-				return bucket.Errorf(bucket.CodeBadRequest, "--limit must not be negative and --poll must be positive")
+				return errcode.Errorf(errcode.CodeBadRequest, "--limit must not be negative and --poll must be positive")
 			}
 			c, err := af.client(cfg, cmd)
 			if err != nil {
@@ -70,7 +70,7 @@ waits for its first record instead.)`,
 					if follow && ctx.Err() != nil {
 						return nil // interrupted while following
 					}
-					return bucket.Wrap(err, "read %s", cell)
+					return errcode.Wrap(err, "read %s", cell)
 				}
 				if first && len(ans.Records) == 0 && !follow {
 					if err := neverClaimed(ctx, c, cell); err != nil {
@@ -116,10 +116,10 @@ waits for its first record instead.)`,
 func neverClaimed(ctx context.Context, c *client.Client, cell string) error {
 	v, err := c.Cell(ctx, cell)
 	if err != nil {
-		return bucket.Wrap(err, "read %s", cell)
+		return errcode.Wrap(err, "read %s", cell)
 	}
 	if !v.Claimed {
-		return bucket.Errorf(bucket.CodeBadRequest, "read %s: cell %s was never claimed, so it has no log (check the name; 'deed ls' lists the cells)", cell, cell)
+		return errcode.Errorf(errcode.CodeBadRequest, "read %s: cell %s was never claimed, so it has no log (check the name; 'deed ls' lists the cells)", cell, cell)
 	}
 	return nil
 }

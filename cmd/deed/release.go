@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -63,7 +63,7 @@ so the next owner starts without walking the chain.`,
 			}
 			if cfg.nodeSet && !asLive && !force {
 				if err := refuseLiveNode(ctx, b, cfg.node); err != nil {
-					return bucket.Wrap(err, "release %s", cell)
+					return errcode.Wrap(err, "release %s", cell)
 				}
 			}
 			rec, err := owner.ReleaseCell(ctx, b, cell, cfg.node, force)

@@ -13,7 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 )
 
 // invocation is everything a run of the CLI depends on from outside, so that
@@ -114,13 +116,13 @@ fails the conditional-write contract.`,
 	root.SetErr(cfg.inv.Stderr)
 	root.SetArgs(cfg.inv.Args)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return bucket.Errorf(bucket.CodeBadRequest, "%s: %w (see '%s --help')", cmd.CommandPath(), err, cmd.CommandPath())
+		return errcode.Errorf(errcode.CodeBadRequest, "%s: %w (see '%s --help')", cmd.CommandPath(), err, cmd.CommandPath())
 	})
 
 	f := root.PersistentFlags()
 	f.StringVar(&cfg.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX], gs://NAME[/PREFIX] or az://CONTAINER[/PREFIX] (env "+envBucket+")")
 	f.StringVar(&cfg.endpoint, "endpoint", "", "S3 endpoint URL for S3-compatible stores (env "+envEndpoint+", then "+envEndpointS3+"; default AWS)")
-	f.StringVar(&cfg.region, "region", "", "signing region (env "+envRegion+", then the AWS config; default "+bucket.DefaultRegion+")")
+	f.StringVar(&cfg.region, "region", "", "signing region (env "+envRegion+", then the AWS config; default "+s3.DefaultRegion+")")
 	f.StringVar(&cfg.node, "node", "", "node id: the daemon's (run; env "+envNode+", default the hostname), or the id claim, exec and release act as (default: a fresh <host>-cli-… / <host>-exec-… id; never a live node's, see --as-node)")
 	f.BoolVar(&cfg.json, "json", false, "print results and errors as JSON")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
@@ -158,7 +160,7 @@ func (cfg *config) resolve(cmd *cobra.Command) error {
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
-		return bucket.Errorf(bucket.CodeBadRequest, "--log-level %q: want debug, info, warn or error", cfg.logLevel)
+		return errcode.Errorf(errcode.CodeBadRequest, "--log-level %q: want debug, info, warn or error", cfg.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch cfg.logFormat {
@@ -169,7 +171,7 @@ func (cfg *config) resolve(cmd *cobra.Command) error {
 		}
 	case "text", "json":
 	default:
-		return bucket.Errorf(bucket.CodeBadRequest, "--log-format %q: want text or json", cfg.logFormat)
+		return errcode.Errorf(errcode.CodeBadRequest, "--log-format %q: want text or json", cfg.logFormat)
 	}
 	if cfg.logFormat == "json" {
 		cfg.log = slog.New(slog.NewJSONHandler(cfg.inv.Stderr, opts))
@@ -184,15 +186,15 @@ func (cfg *config) resolve(cmd *cobra.Command) error {
 // any request is sent.
 func (cfg *config) openBucket(ctx context.Context) (bucket.Bucket, bucket.Location, error) {
 	if cfg.bucketURL == "" {
-		return nil, bucket.Location{}, bucket.Errorf(bucket.CodeBadRequest, "no bucket: set --bucket s3://NAME[/PREFIX] (or gs://, az://) or %s", envBucket)
+		return nil, bucket.Location{}, errcode.Errorf(errcode.CodeBadRequest, "no bucket: set --bucket s3://NAME[/PREFIX] (or gs://, az://) or %s", envBucket)
 	}
 	loc, err := bucket.ParseURL(cfg.bucketURL)
 	if err != nil {
-		return nil, bucket.Location{}, bucket.Errorf(bucket.CodeBadRequest, "--bucket: %w", err)
+		return nil, bucket.Location{}, errcode.Errorf(errcode.CodeBadRequest, "--bucket: %w", err)
 	}
 	b, err := cfg.openStore(ctx, loc)
 	if err != nil {
-		return nil, loc, bucket.Errorf(bucket.CodeBadRequest, "%w", err)
+		return nil, loc, errcode.Errorf(errcode.CodeBadRequest, "%w", err)
 	}
 	cfg.log.Debug("bucket opened", "bucket", loc.String(), "endpoint", redactURL(cfg.endpoint), "region", cfg.region)
 	return b, loc, nil
@@ -219,9 +221,9 @@ func run(ctx context.Context, inv invocation) int {
 	if !cfg.ready {
 		// Unknown command, unknown flag, wrong number of arguments: cobra
 		// rejected the command line before any command ran.
-		var coded *bucket.Error
+		var coded *errcode.Error
 		if !errors.As(err, &coded) {
-			err = bucket.Errorf(bucket.CodeBadRequest, "%w (see 'deed --help')", err)
+			err = errcode.Errorf(errcode.CodeBadRequest, "%w (see 'deed --help')", err)
 		}
 		// cobra may have stopped before parsing --json (an unknown command).
 		cfg.json = cfg.json || wantsJSON(inv.Args)
@@ -238,7 +240,7 @@ func (cfg *config) fail(err error) int {
 		// command printed its own errors; this is not one of deed's.
 		return child.status
 	}
-	code := bucket.CodeOf(err)
+	code := errcode.CodeOf(err)
 	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), string(code)))
 	// A failed write says whether it may have taken effect.
 	var wf *writeFailure
@@ -248,7 +250,7 @@ func (cfg *config) fail(err error) int {
 	}
 	if cfg.json {
 		writeJSON(cfg.inv.Stderr, struct {
-			Code    bucket.Code    `json:"code"`
+			Code    errcode.Code   `json:"code"`
 			Error   string         `json:"error"`
 			Applied client.Applied `json:"applied,omitempty"`
 		}{code, msg, ap})
@@ -257,7 +259,7 @@ func (cfg *config) fail(err error) int {
 	} else {
 		fmt.Fprintf(cfg.inv.Stderr, "%s %s\n", code, msg)
 	}
-	return code.ExitStatus()
+	return codeExitStatus(code)
 }
 
 // writeFailure marks the error of a command that asked for a write (deed

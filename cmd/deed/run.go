@@ -14,7 +14,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/probe"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/daemon"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
 )
@@ -116,13 +119,13 @@ released, then the node lease; a peer can claim every cell at once.`,
 func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	host, _, err := net.SplitHostPort(rf.listen)
 	if err != nil {
-		return bucket.Errorf(bucket.CodeBadRequest, "--listen %q: %w", rf.listen, err)
+		return errcode.Errorf(errcode.CodeBadRequest, "--listen %q: %w", rf.listen, err)
 	}
 	if rf.token == "" && !isLoopback(host) {
-		return bucket.Errorf(bucket.CodeBadRequest, "--listen %s is not loopback: set --token (or %s) so the API is not open to the network", rf.listen, envToken)
+		return errcode.Errorf(errcode.CodeBadRequest, "--listen %s is not loopback: set --token (or %s) so the API is not open to the network", rf.listen, envToken)
 	}
 	if rf.maxBody <= 0 || rf.maxLimit <= 0 || rf.maxConns < 0 {
-		return bucket.Errorf(bucket.CodeBadRequest, "--max-body and --max-limit must be positive, --max-conns not negative")
+		return errcode.Errorf(errcode.CodeBadRequest, "--max-body and --max-limit must be positive, --max-conns not negative")
 	}
 	if err := checkStoreChoice(cfg, rf, host); err != nil {
 		return err
@@ -130,7 +133,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	var certs *certReloader
 	if rf.tlsCert != "" || rf.tlsKey != "" {
 		if rf.tlsCert == "" || rf.tlsKey == "" {
-			return bucket.Errorf(bucket.CodeBadRequest, "--tls-cert and --tls-key go together")
+			return errcode.Errorf(errcode.CodeBadRequest, "--tls-cert and --tls-key go together")
 		}
 		if certs, err = newCertReloader(rf.tlsCert, rf.tlsKey, cfg.log); err != nil {
 			return err
@@ -143,7 +146,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 		scheme = "https://"
 	}
 	if err := owner.ValidateTTL(rf.ttl); err != nil {
-		return bucket.Wrap(err, "--ttl")
+		return errcode.Wrap(err, "--ttl")
 	}
 	if rf.advertise == "" {
 		rf.advertise = scheme + rf.listen
@@ -154,7 +157,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	// not ready until the daemon is up).
 	ln, err := net.Listen("tcp", rf.listen)
 	if err != nil {
-		return bucket.Errorf(bucket.CodeBadRequest, "listen %s: %w", rf.listen, err)
+		return errcode.Errorf(errcode.CodeBadRequest, "listen %s: %w", rf.listen, err)
 	}
 	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}
 	// Requests get a context the drain cancels: http.Server.Shutdown waits
@@ -197,7 +200,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	case err := <-d.Fenced():
 		runErr = err
 	case err := <-serveErr:
-		runErr = bucket.Errorf(bucket.CodeUnavailable, "serve %s: %w", rf.listen, err)
+		runErr = errcode.Errorf(errcode.CodeUnavailable, "serve %s: %w", rf.listen, err)
 	}
 	// A quarter of the drain budget lets requests in flight finish; then
 	// they are cancelled, and sealing and releasing the cells gets the rest
@@ -209,7 +212,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	scancel()
 	cancelRequests()
 	if err := d.Close(dctx); err != nil && runErr == nil {
-		runErr = bucket.Wrap(err, "drain")
+		runErr = errcode.Wrap(err, "drain")
 	}
 	return runErr
 }
@@ -217,9 +220,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 // openDaemon probes the store, refusing one that fails the conditional-write
 // contract (DEED-E010) before anything is written, and opens the daemon on it.
 func openDaemon(ctx context.Context, cfg daemon.Config, b bucket.Bucket, log *slog.Logger) (*daemon.Daemon, error) {
-	rep, err := bucket.Probe(ctx, b, bucket.ProbeOptions{})
+	rep, err := probe.Run(ctx, b, probe.Options{})
 	if err != nil {
-		return nil, bucket.Wrap(err, "probe store")
+		return nil, errcode.Wrap(err, "probe store")
 	}
 	for _, c := range rep.Checks {
 		if c.Warning {
@@ -238,7 +241,7 @@ func openDaemon(ctx context.Context, cfg daemon.Config, b bucket.Bucket, log *sl
 func checkStoreChoice(cfg *config, rf runFlags, listenHost string) error {
 	if cfg.bucketURL != "" {
 		if rf.embedded {
-			return bucket.Errorf(bucket.CodeBadRequest, "--embedded-store and --bucket (or %s) contradict each other: choose one", envBucket)
+			return errcode.Errorf(errcode.CodeBadRequest, "--embedded-store and --bucket (or %s) contradict each other: choose one", envBucket)
 		}
 		return nil
 	}
@@ -258,7 +261,7 @@ func checkStoreChoice(cfg *config, rf runFlags, listenHost string) error {
 	if len(why) == 0 {
 		return nil
 	}
-	return bucket.Errorf(bucket.CodeBadRequest, "no bucket, and %s: this node may have peers, and on a store of its own it would "+
+	return errcode.Errorf(errcode.CodeBadRequest, "no bucket, and %s: this node may have peers, and on a store of its own it would "+
 		"own every cell alone. Set --bucket s3://NAME[/PREFIX] (or %s) to the store the nodes share, "+
 		"or pass --embedded-store to run on a store only this daemon uses", strings.Join(why, ", "), envBucket)
 }
@@ -282,18 +285,18 @@ func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket,
 	}
 	srv, err := fakes3.NewServer(fakes3.ServerOptions{Dir: dir, Buckets: []string{defaultFakeBucket}, Logger: cfg.log, Credentials: &creds})
 	if err != nil {
-		return nil, "", nil, bucket.Wrap(err, "embedded store in %s", rf.dataDir) // a damaged store file keeps its DEED-E032
+		return nil, "", nil, errcode.Wrap(err, "embedded store in %s", rf.dataDir) // a damaged store file keeps its DEED-E032
 	}
 	url, err := srv.Start(rf.s3Listen)
 	if err != nil {
 		_ = srv.Close()
-		return nil, "", nil, bucket.Errorf(bucket.CodeBadRequest, "embedded store on %s: %w", rf.s3Listen, err)
+		return nil, "", nil, errcode.Errorf(errcode.CodeBadRequest, "embedded store on %s: %w", rf.s3Listen, err)
 	}
 	loc := bucket.Location{Bucket: defaultFakeBucket}
-	b, err := bucket.OpenS3(ctx, loc, bucket.S3Options{Endpoint: url, Credentials: credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, "")})
+	b, err := s3.Open(ctx, loc, s3.Options{Endpoint: url, Credentials: credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, "")})
 	if err != nil {
 		_ = srv.Close()
-		return nil, "", nil, bucket.Errorf(bucket.CodeUnavailable, "embedded store: %w", err)
+		return nil, "", nil, errcode.Errorf(errcode.CodeUnavailable, "embedded store: %w", err)
 	}
 	return b, "embedded store " + loc.String() + " at " + url + " (data in " + rf.dataDir + ", credentials in " + credsFile + ")", func() { _ = srv.Close() }, nil
 }

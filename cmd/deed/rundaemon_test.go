@@ -11,6 +11,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -52,7 +53,7 @@ func TestDaemonRefusesBrokenStore(t *testing.T) {
 	m := fakes3.NewMem()
 	m.SetIgnoreConditions(true)
 	_, err := openDaemon(t.Context(), daemon.Config{Node: "a", TTL: 2 * time.Second}, m, slog.New(slog.DiscardHandler))
-	if bucket.CodeOf(err) != bucket.CodeContract || bucket.CodeOf(err).ExitStatus() != 5 {
+	if errcode.CodeOf(err) != errcode.CodeContract || codeExitStatus(errcode.CodeOf(err)) != 5 {
 		t.Fatalf("got %v, want DEED-E010", err)
 	}
 	if keys := m.Keys("nodes/"); len(keys) != 0 {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -57,14 +57,14 @@ at once.`,
 			}
 			rec, exists, err := owner.Inspect(ctx, b, cell)
 			if err != nil {
-				return bucket.Wrap(err, "show %s", cell)
+				return errcode.Wrap(err, "show %s", cell)
 			}
 			v := showView{Cell: cell, Node: rec.Node, Epoch: rec.Epoch, Released: exists && rec.Released(), Claimed: exists}
 			if exists && !rec.Released() {
 				p := owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin}
 				ob, err := owner.NewObserver(b, p).Observe(ctx, rec.Node)
 				if err != nil {
-					return bucket.Wrap(err, "show %s", cell)
+					return errcode.Wrap(err, "show %s", cell)
 				}
 				v.OwnerAlive = owner.Alive(ob, time.Now(), p)
 				v.OwnerAddr = ob.Addr

@@ -6,6 +6,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/azblob"
 	"github.com/deedkit/deed/bucket/gcs"
+	"github.com/deedkit/deed/bucket/s3"
 )
 
 // openStore opens loc with the adapter its URL scheme names: s3:// through
@@ -29,7 +30,7 @@ func (cfg *config) openStore(ctx context.Context, loc bucket.Location) (bucket.B
 		opts.Endpoint = cfg.endpoint
 		return azblob.Open(ctx, loc, opts)
 	default:
-		return bucket.OpenS3(ctx, loc, bucket.S3Options{
+		return s3.Open(ctx, loc, s3.Options{
 			Endpoint:    cfg.endpoint,
 			Region:      cfg.region,
 			Credentials: cfg.inv.Credentials,

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -37,8 +37,8 @@ func TestRunRefusesEmbeddedStoreForPeers(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			r := deed(t, ctx, tc.env, args...)
-			if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") || !strings.Contains(r.stderr, tc.want) {
-				t.Fatalf("deed %q: exit %d %q, want 2, %s naming %q", args, r.status, r.stderr, bucket.CodeBadRequest, tc.want)
+			if r.status != 2 || !strings.HasPrefix(r.stderr, string(errcode.CodeBadRequest)+" ") || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("deed %q: exit %d %q, want 2, %s naming %q", args, r.status, r.stderr, errcode.CodeBadRequest, tc.want)
 			}
 			if tc.name != "both stores" && !strings.Contains(r.stderr, "--embedded-store") {
 				t.Errorf("the refusal does not say how to ask for the embedded store: %s", r.stderr)
@@ -60,8 +60,8 @@ func TestStoresRefuseNonLoopbackListen(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		r := deed(t, ctx, nil, args...)
 		cancel()
-		if r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeBadRequest)+" ") || !strings.Contains(r.stderr, "not a loopback address") {
-			t.Errorf("deed %q: exit %d %q, want 2 and %s", args, r.status, r.stderr, bucket.CodeBadRequest)
+		if r.status != 2 || !strings.HasPrefix(r.stderr, string(errcode.CodeBadRequest)+" ") || !strings.Contains(r.stderr, "not a loopback address") {
+			t.Errorf("deed %q: exit %d %q, want 2 and %s", args, r.status, r.stderr, errcode.CodeBadRequest)
 		}
 	}
 }
@@ -76,8 +76,8 @@ func TestFakes3Credentials(t *testing.T) {
 	if r := deedAs(t, t.Context(), creds, nil, "probe", "--bucket", "s3://deed", "--endpoint", endpoint, "--racers", "4"); r.status != 0 {
 		t.Errorf("probe with the printed credentials: exit %d %s", r.status, r.stderr)
 	}
-	if r := deed(t, t.Context(), nil, "show", "c", "--bucket", "s3://deed", "--endpoint", endpoint); r.status != 2 || !strings.HasPrefix(r.stderr, string(bucket.CodeUnauthorized)) {
-		t.Errorf("show with other credentials: exit %d %q, want 2 and %s", r.status, r.stderr, bucket.CodeUnauthorized)
+	if r := deed(t, t.Context(), nil, "show", "c", "--bucket", "s3://deed", "--endpoint", endpoint); r.status != 2 || !strings.HasPrefix(r.stderr, string(errcode.CodeUnauthorized)) {
+		t.Errorf("show with other credentials: exit %d %q, want 2 and %s", r.status, r.stderr, errcode.CodeUnauthorized)
 	}
 	if res := stop(); !strings.Contains(res.stdout, "must be signed") {
 		t.Errorf("banner does not say requests must be signed:\n%s", res.stdout)
@@ -142,8 +142,8 @@ func TestE2EEmbeddedStoreChecksSignatures(t *testing.T) {
 	if st, out := sh(". " + credsFile + " &&"); st != 0 || !strings.Contains(out, "demo") {
 		t.Errorf("show with the credentials file: exit %d %s", st, out)
 	}
-	if st, out := sh("AWS_ACCESS_KEY_ID=deed AWS_SECRET_ACCESS_KEY=deed"); st != 2 || !strings.HasPrefix(out, string(bucket.CodeUnauthorized)) {
-		t.Errorf("show with made-up credentials: exit %d %s, want 2 and %s", st, out, bucket.CodeUnauthorized)
+	if st, out := sh("AWS_ACCESS_KEY_ID=deed AWS_SECRET_ACCESS_KEY=deed"); st != 2 || !strings.HasPrefix(out, string(errcode.CodeUnauthorized)) {
+		t.Errorf("show with made-up credentials: exit %d %s, want 2 and %s", st, out, errcode.CodeUnauthorized)
 	}
 	// Nothing the unsigned requests did fenced the node.
 	waitHTTP(t, "http://"+api+"/readyz", 5*time.Second)

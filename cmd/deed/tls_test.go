@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key to
@@ -136,8 +136,8 @@ func TestCertReloaderFollowsFiles(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	if _, err := newCertReloader(certFile, filepath.Join(other, "k"), slog.New(slog.DiscardHandler)); bucket.CodeOf(err) != bucket.CodeBadRequest {
-		t.Errorf("mismatched pair at start: %v, want %s", err, bucket.CodeBadRequest)
+	if _, err := newCertReloader(certFile, filepath.Join(other, "k"), slog.New(slog.DiscardHandler)); errcode.CodeOf(err) != errcode.CodeBadRequest {
+		t.Errorf("mismatched pair at start: %v, want %s", err, errcode.CodeBadRequest)
 	}
 }
 
@@ -161,8 +161,8 @@ func TestTokenFile(t *testing.T) {
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := readTokenFile(p); bucket.CodeOf(err) != bucket.CodeBadRequest {
-			t.Errorf("token file %q: %v, want %s", body, err, bucket.CodeBadRequest)
+		if _, err := readTokenFile(p); errcode.CodeOf(err) != errcode.CodeBadRequest {
+			t.Errorf("token file %q: %v, want %s", body, err, errcode.CodeBadRequest)
 		}
 	}
 	if r := deed(t, t.Context(), nil, "read", "c", "--token", "x", "--token-file", filepath.Join(dir, "tok")); r.status != 2 || !strings.Contains(r.stderr, "not both") {
@@ -207,8 +207,8 @@ func TestE2EDaemonTLS(t *testing.T) {
 	if st, out := cli("read", "demo", "--ca-cert", ca1, "--token-file", tokFile); st != 0 || out != "1\thello\n" {
 		t.Errorf("read over TLS: exit %d %q", st, out)
 	}
-	if st, out := cli("read", "demo", "--ca-cert", ca1); st != 2 || !strings.HasPrefix(out, string(bucket.CodeUnauthorized)) {
-		t.Errorf("read without the token: exit %d %q, want 2 and %s", st, out, bucket.CodeUnauthorized)
+	if st, out := cli("read", "demo", "--ca-cert", ca1); st != 2 || !strings.HasPrefix(out, string(errcode.CodeUnauthorized)) {
+		t.Errorf("read without the token: exit %d %q, want 2 and %s", st, out, errcode.CodeUnauthorized)
 	}
 	if st, out := cli("read", "demo", "--token-file", tokFile); st == 0 || !strings.Contains(out, "certificate") {
 		t.Errorf("read without trusting the certificate: exit %d %q, want a certificate error", st, out)

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // certReloader serves the API's TLS certificate from --tls-cert/--tls-key and
@@ -50,7 +50,7 @@ func stamp(path string) (fileStamp, error) {
 func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
 	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
 	if err := r.reload(); err != nil {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "--tls-cert %s / --tls-key %s: %w", certFile, keyFile, err)
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "--tls-cert %s / --tls-key %s: %w", certFile, keyFile, err)
 	}
 	return r, nil
 }
@@ -153,14 +153,14 @@ func reloadOnSIGHUP(r *certReloader) (stop func()) {
 func readTokenFile(path string) (string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return "", bucket.Errorf(bucket.CodeBadRequest, "--token-file: %w", err)
+		return "", errcode.Errorf(errcode.CodeBadRequest, "--token-file: %w", err)
 	}
 	token := strings.TrimRight(string(raw), " \t\r\n")
 	if token == "" {
-		return "", bucket.Errorf(bucket.CodeBadRequest, "--token-file %s is empty", path)
+		return "", errcode.Errorf(errcode.CodeBadRequest, "--token-file %s is empty", path)
 	}
 	if strings.ContainsAny(token, "\r\n") {
-		return "", bucket.Errorf(bucket.CodeBadRequest, "--token-file %s: want one line, the token", path)
+		return "", errcode.Errorf(errcode.CodeBadRequest, "--token-file %s: want one line, the token", path)
 	}
 	return token, nil
 }
@@ -169,16 +169,16 @@ func readTokenFile(path string) (string, error) {
 func caPool(path string) (*x509.CertPool, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "--ca-cert: %w", err)
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "--ca-cert: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(raw) {
-		return nil, bucket.Errorf(bucket.CodeBadRequest, "--ca-cert %s: no PEM certificate in it", path)
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "--ca-cert %s: no PEM certificate in it", path)
 	}
 	return pool, nil
 }
 
 // errBothTokens is the refusal of a token given twice.
 func errBothTokens() error {
-	return bucket.Errorf(bucket.CodeBadRequest, "give the token once: --token-file or --token/%s, not both", envToken)
+	return errcode.Errorf(errcode.CodeBadRequest, "give the token once: --token-file or --token/%s, not both", envToken)
 }

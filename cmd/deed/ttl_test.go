@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Every --ttl outside owner.MinTTL..owner.MaxTTL is refused with DEED-E040
@@ -22,7 +22,7 @@ func TestTTLFlagsRefuseOutOfRange(t *testing.T) {
 			{"nodes", "--ttl", ttl},
 		} {
 			t.Run(args[0]+" "+ttl, func(t *testing.T) {
-				wantExit(t, e.run(t, args...), 2, bucket.CodeBadRequest)
+				wantExit(t, e.run(t, args...), 2, errcode.CodeBadRequest)
 			})
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // DefaultTimeout bounds one request when Options.HTTPClient is nil. An
@@ -38,7 +38,7 @@ type Client struct {
 func New(base string, opts Options) (*Client, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, newError(bucket.CodeBadRequest, 0, "daemon address %q: want http(s)://HOST:PORT of a running 'deed run'", redactURL(base))
+		return nil, newError(errcode.CodeBadRequest, 0, "daemon address %q: want http(s)://HOST:PORT of a running 'deed run'", redactURL(base))
 	}
 	hc := opts.HTTPClient
 	if hc == nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // The request and its answer, shared by every call of a Client.
@@ -25,7 +25,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return newError(bucket.CodeBadRequest, 0, "%s %s: %w", method, u, err)
+		return newError(errcode.CodeBadRequest, 0, "%s %s: %w", method, u, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
@@ -48,25 +48,25 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if write && sent.Load() {
-			return newError(bucket.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
+			return newError(errcode.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
 		}
-		return newError(bucket.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
+		return newError(errcode.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		if write {
-			return newError(bucket.CodeAmbiguous, resp.StatusCode, "%s %s: outcome unknown: the daemon's answer (%s) was cut off: %w", method, path, resp.Status, err)
+			return newError(errcode.CodeAmbiguous, resp.StatusCode, "%s %s: outcome unknown: the daemon's answer (%s) was cut off: %w", method, path, resp.Status, err)
 		}
-		return newError(bucket.CodeUnavailable, resp.StatusCode, "read the daemon's answer: %w", err)
+		return newError(errcode.CodeUnavailable, resp.StatusCode, "read the daemon's answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
 		return apiError(resp, raw, write)
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		code := bucket.CodeUnavailable
+		code := errcode.CodeUnavailable
 		if write {
-			code = bucket.CodeAmbiguous // it answered 2xx: the write may well have landed
+			code = errcode.CodeAmbiguous // it answered 2xx: the write may well have landed
 		}
 		return newError(code, resp.StatusCode, "the daemon at %s answered %s with something that is not deed's JSON: %.200q", c.redactedBase(), path, raw)
 	}
@@ -83,27 +83,27 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 		if msg == "" {
 			msg = resp.Status
 		}
-		if write && e.Applied == AppliedUnknown && e.Code != bucket.CodeAmbiguous {
+		if write && e.Applied == AppliedUnknown && e.Code != errcode.CodeAmbiguous {
 			// A daemon that says "unknown" under another code: the
 			// outcome is what counts.
-			return newError(bucket.CodeAmbiguous, resp.StatusCode, "outcome unknown: %s", msg)
+			return newError(errcode.CodeAmbiguous, resp.StatusCode, "outcome unknown: %s", msg)
 		}
 		ce := newError(e.Code, resp.StatusCode, "%s", msg)
 		ce.Owner, ce.OwnerAddr = e.Owner, e.OwnerAddr
 		return ce
 	}
 	// Not deed's error body: a proxy, or not a daemon at all.
-	code := bucket.CodeUnavailable
+	code := errcode.CodeUnavailable
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		code = bucket.CodeUnauthorized
+		code = errcode.CodeUnauthorized
 	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound ||
 		resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusRequestEntityTooLarge:
-		code = bucket.CodeBadRequest
+		code = errcode.CodeBadRequest
 	case write:
 		// A proxy's 502/504 (or anything else it did not refuse outright)
 		// may have come after it forwarded the request.
-		code = bucket.CodeAmbiguous
+		code = errcode.CodeAmbiguous
 	}
 	return newError(code, resp.StatusCode, "the daemon answered %s: %.200q", resp.Status, raw)
 }

@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
 // Error is every failure a Client returns: the daemon's error answer, or
 // the client's own (the daemon unreachable, an answer lost or not deed's).
-// bucket.CodeOf reads its code, so bucket.Wrap keeps it.
+// errcode.CodeOf reads its code, so errcode.Wrap keeps it.
 type Error struct {
 	// Code is the DEED code: the daemon's, or the client's own
 	// (DEED-E011 when the daemon could not be reached; DEED-E012 when a
 	// write reached it but its answer was lost).
-	Code bucket.Code
+	Code errcode.Code
 	// Applied says whether the request may have taken effect: "unknown"
 	// only with DEED-E012 (read before retrying), else "no" (a retry
 	// cannot duplicate it).
@@ -31,7 +31,7 @@ type Error struct {
 }
 
 // newError makes an *Error; a %w verb in format wraps the cause.
-func newError(code bucket.Code, status int, format string, args ...any) *Error {
+func newError(code errcode.Code, status int, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
 	e := &Error{Code: code, Status: status, Msg: err.Error(), Err: errors.Unwrap(err)}
 	e.Applied = AppliedOf(e)
@@ -45,7 +45,7 @@ func (e *Error) Error() string {
 	return string(e.Code) + " " + e.Msg
 }
 
-// ErrorCode is the code, for bucket.CodeOf.
-func (e *Error) ErrorCode() bucket.Code { return e.Code }
+// ErrorCode is the code, for errcode.CodeOf.
+func (e *Error) ErrorCode() errcode.Code { return e.Code }
 
 func (e *Error) Unwrap() error { return e.Err }

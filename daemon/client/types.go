@@ -1,6 +1,8 @@
 package client
 
-import "github.com/deedkit/deed/bucket"
+import (
+	"github.com/deedkit/deed/errcode"
+)
 
 // The wire types of the daemon's HTTP API: the daemon encodes them, the
 // Client decodes them. Field names and JSON keys are the API's contract.
@@ -74,8 +76,8 @@ type ReadResult struct {
 
 // ErrorBody is every error the API returns.
 type ErrorBody struct {
-	Code  bucket.Code `json:"code"`
-	Error string      `json:"error"`
+	Code  errcode.Code `json:"code"`
+	Error string       `json:"error"`
 	// Applied says whether the request may have taken effect: "no" (it
 	// was refused or failed before anything was written: a retry cannot
 	// duplicate it) or "unknown" (DEED-E012: it may have taken effect; read
@@ -101,7 +103,7 @@ const (
 // the client) keeps it for exactly those, so every other code is a refusal
 // or a failure before anything was written.
 func AppliedOf(err error) Applied {
-	if bucket.CodeOf(err) == bucket.CodeAmbiguous {
+	if errcode.CodeOf(err) == errcode.CodeAmbiguous {
 		return AppliedUnknown
 	}
 	return AppliedNo

@@ -15,6 +15,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -23,7 +24,7 @@ import (
 type Answer struct {
 	Data    string
 	Status  int
-	Code    bucket.Code
+	Code    errcode.Code
 	Applied string
 }
 
@@ -50,7 +51,7 @@ func CheckAnswers(t testing.TB, b bucket.Bucket, cell string, answers []Answer) 
 			if in[a.Data] != 1 {
 				t.Errorf("acknowledged %s: in the log %d times", a, in[a.Data])
 			}
-		case a.Code == bucket.CodeAmbiguous:
+		case a.Code == errcode.CodeAmbiguous:
 			if a.Applied != string(client.AppliedUnknown) {
 				t.Errorf("%s: DEED-E012 must say applied unknown", a)
 			}

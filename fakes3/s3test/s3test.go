@@ -32,9 +32,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/internal/nonce"
 )
@@ -65,10 +66,10 @@ type Target struct {
 	Loc bucket.Location
 }
 
-// Options returns the S3Options a test uses to open another client on the
+// Options returns the s3.Options a test uses to open another client on the
 // target (for example a second node).
-func (t Target) Options() bucket.S3Options {
-	return bucket.S3Options{Endpoint: t.Endpoint, Region: bucket.DefaultRegion, Credentials: Credentials()}
+func (t Target) Options() s3.Options {
+	return s3.Options{Endpoint: t.Endpoint, Region: s3.DefaultRegion, Credentials: Credentials()}
 }
 
 // Credentials is the static provider for AccessKey/SecretKey.
@@ -90,7 +91,7 @@ func Targets(t testing.TB) []Target {
 }
 
 // HTTPFake starts a fakes3.Server on 127.0.0.1:0 for this test (closed at
-// its end) and opens it through bucket.OpenS3.
+// its end) and opens it through s3.Open.
 func HTTPFake(t testing.TB) Target {
 	t.Helper()
 	return HTTPFakeWith(t, fakes3.ServerOptions{})
@@ -127,7 +128,7 @@ func HTTPFakeWith(t testing.TB, opts fakes3.ServerOptions) Target {
 func open(t testing.TB, name, endpoint string, loc bucket.Location) Target {
 	t.Helper()
 	tg := Target{Name: name, Endpoint: endpoint, Loc: loc}
-	b, err := bucket.OpenS3(t.Context(), loc, tg.Options())
+	b, err := s3.Open(t.Context(), loc, tg.Options())
 	if err != nil {
 		t.Fatalf("s3test: open %s: %v", name, err)
 	}
@@ -246,7 +247,7 @@ func startVersitygw(bin string) error {
 			return err
 		}
 		cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey,
-			"--region", bucket.DefaultRegion, "--port", addr, "--quiet", "posix", dir)
+			"--region", s3.DefaultRegion, "--port", addr, "--quiet", "posix", dir)
 		// stdout carries only a start-up banner; errors go to stderr.
 		cmd.Stderr = os.Stderr
 		setDeathSignal(cmd)
@@ -360,15 +361,15 @@ func waitReady(endpoint string, p *proc, limit time.Duration) error {
 }
 
 func createBucket(ctx context.Context, endpoint, name string) error {
-	client := s3.New(s3.Options{
+	client := awss3.New(awss3.Options{
 		BaseEndpoint: aws.String(endpoint),
-		Region:       bucket.DefaultRegion,
+		Region:       s3.DefaultRegion,
 		Credentials:  Credentials(),
 		UsePathStyle: true,
 	})
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+	if _, err := client.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
 
@@ -37,7 +38,7 @@ func TestTargetsAreFreshAndWork(t *testing.T) {
 			t.Fatalf("%s: second target sees %+v, %v; want a fresh bucket", b.Name, page, err)
 		}
 		// Options opens a second client on the same bucket.
-		c, err := bucket.OpenS3(t.Context(), a.Loc, a.Options())
+		c, err := s3.Open(t.Context(), a.Loc, a.Options())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/internal/wait"
 	"github.com/deedkit/deed/replication"
@@ -176,7 +177,7 @@ func (w *world) gc(ctx context.Context, n *simNode, cell string, s step) {
 	rep, err := replication.GC(ctx, b, cell, replication.GCOptions{}, w.logOpts()...)
 	w.h.addGC(&gcOp{cell: cell, by: by, deleted: len(rep.Deleted), err: err})
 	if err != nil {
-		if bucket.CodeOf(err) == bucket.CodeCorruptTx {
+		if errcode.CodeOf(err) == errcode.CodeCorruptTx {
 			// Nothing in the simulation damages a file.
 			w.h.violate("%s: gc by %s found a damaged file: %v", cell, by, err)
 		}
@@ -245,7 +246,7 @@ func (w *world) peekHolder(n *simNode, cell string) (*incarnation, *cellLog) {
 // file, so DEED-E031 (a record where the chain expects another position,
 // say) means the chain itself is wrong.
 func (w *world) readFailed(cell string, inc *incarnation, what string, err error) {
-	if bucket.CodeOf(err) == bucket.CodeCorruptTx {
+	if errcode.CodeOf(err) == errcode.CodeCorruptTx {
 		w.h.violate("%s: %s by %s found a damaged chain: %v", cell, what, inc.client, err)
 	}
 	w.h.logf("%s %s by %s: %s", what, cell, inc.client, shortErr(err))

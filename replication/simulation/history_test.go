@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -26,7 +26,7 @@ func classify(err error) outcome {
 	switch {
 	case err == nil:
 		return acked
-	case bucket.CodeOf(err) == bucket.CodeAmbiguous:
+	case errcode.CodeOf(err) == errcode.CodeAmbiguous:
 		return unknown
 	}
 	return refused

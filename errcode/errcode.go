@@ -1,4 +1,10 @@
-package bucket
+// Package errcode holds deed's stable, user-visible error codes
+// ("DEED-Ennn") and the error type that carries them. It is a leaf: every
+// layer (bucket and its store adapters, owner, replication, the daemon and
+// its client, the CLI) returns these codes, and none of them needs more
+// than this package to read one. How a code maps to a process exit status is
+// the CLI's business (cmd/deed).
+package errcode
 
 import (
 	"errors"
@@ -7,11 +13,11 @@ import (
 )
 
 // Code is a stable, user-visible error code "DEED-Ennn". Codes are defined
-// here, in the lowest package, because every layer (bucket, owner,
-// replication, the CLI) returns them and they must never be renumbered.
+// here, in a package below every other, because every layer returns them
+// and they must never be renumbered.
 type Code string
 
-// The stable codes (DESIGN.md, "Stable error codes"). Add, never renumber.
+// The stable codes (docs/design.md, "Error codes"). Add, never renumber.
 const (
 	CodeInvalidName  Code = "DEED-E001" // invalid cell or node name
 	CodeContract     Code = "DEED-E010" // store fails the conditional-write contract
@@ -29,25 +35,6 @@ const (
 	CodeBadRequest   Code = "DEED-E040" // request too large / bad request
 	CodeUnauthorized Code = "DEED-E041" // unauthorized
 )
-
-// ExitStatus is the CLI exit status for a code: 0 ok, 1 error, 2 bad input,
-// 3 fenced, 4 held / not holder, 5 store fails the contract.
-func (c Code) ExitStatus() int {
-	switch c {
-	case "":
-		return 0
-	case CodeInvalidName, CodeInvalidLease, CodeBadRequest, CodeUnauthorized:
-		return 2
-	case CodeSuperseded, CodeReleased, CodeNodeFenced:
-		return 3
-	case CodeHeld, CodeNotHolder:
-		return 4
-	case CodeContract:
-		return 5
-	default:
-		return 1
-	}
-}
 
 // Error is an error carrying a stable code. Its message starts with the code
 // so that logs, CLI output and HTTP bodies all lead with it.
@@ -73,15 +60,15 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is matches another *Error with the same code, so callers can write
-// errors.Is(err, &bucket.Error{Code: bucket.CodeSuperseded}).
+// errors.Is(err, &errcode.Error{Code: errcode.CodeSuperseded}).
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Code == e.Code && t.Msg == ""
 }
 
 // CodeOf returns the code of the outermost coded error in err's chain, else
-// the code implied by a storage error, else CodeUnavailable (exit status 1);
-// "" only for a nil error.
+// the code of an error with an ErrorCode method (a storage error), else
+// CodeUnavailable; "" only for a nil error.
 func CodeOf(err error) Code {
 	if err == nil {
 		return ""
@@ -97,7 +84,8 @@ func CodeOf(err error) Code {
 	return CodeUnavailable
 }
 
-// ErrorCode lets *Error satisfy the same interface as *OpError.
+// ErrorCode lets *Error satisfy the interface CodeOf reads, which
+// bucket.OpError and the other coded error types implement too.
 func (e *Error) ErrorCode() Code { return e.Code }
 
 // Wrap adds context to err and keeps the code first in the message, so that

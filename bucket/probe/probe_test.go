@@ -1,7 +1,6 @@
-package bucket_test
+package probe_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,21 +9,23 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/probe"
 	"github.com/deedkit/deed/bucket/storetest"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
 
 // probeMem runs Probe against m (optionally scoped) and checks that nothing
 // is left behind anywhere in m afterwards.
-func probeMem(t *testing.T, ctx context.Context, m *fakes3.Mem, b bucket.Bucket, opts bucket.ProbeOptions) (bucket.ProbeReport, error) {
+func probeMem(t *testing.T, ctx context.Context, m *fakes3.Mem, b bucket.Bucket, opts probe.Options) (probe.Report, error) {
 	t.Helper()
 	before := m.Keys("")
-	rep, err := bucket.Probe(ctx, b, opts)
+	rep, err := probe.Run(ctx, b, opts)
 	if after := m.Keys(""); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("probe left keys behind: before %q, after %q", before, after)
 	}
-	if c, ok := rep.Check(bucket.ProbeCleanup); len(rep.Checks) > 0 && (!ok || !c.OK) {
+	if c, ok := rep.Check(probe.CheckCleanup); len(rep.Checks) > 0 && (!ok || !c.OK) {
 		t.Errorf("cleanup check = %+v, want OK", c)
 	}
 	return rep, err
@@ -32,16 +33,16 @@ func probeMem(t *testing.T, ctx context.Context, m *fakes3.Mem, b bucket.Bucket,
 
 func TestProbeMemPasses(t *testing.T) {
 	m := fakes3.NewMem()
-	rep, err := probeMem(t, t.Context(), m, m, bucket.ProbeOptions{})
+	rep, err := probeMem(t, t.Context(), m, m, probe.Options{})
 	if err != nil {
-		t.Fatalf("Probe: %v\n%s", err, text(rep))
+		t.Fatalf("Probe: %v\n%s", err, dump(rep))
 	}
-	if !rep.OK || rep.Verdict != bucket.VerdictPass || rep.Code != "" || rep.Warnings() != 0 {
-		t.Fatalf("report = ok %v verdict %q code %q warnings %d, want a clean pass\n%s", rep.OK, rep.Verdict, rep.Code, rep.Warnings(), text(rep))
+	if !rep.OK || rep.Verdict != probe.VerdictPass || rep.Code != "" || rep.Warnings() != 0 {
+		t.Fatalf("report = ok %v verdict %q code %q warnings %d, want a clean pass\n%s", rep.OK, rep.Verdict, rep.Code, rep.Warnings(), dump(rep))
 	}
 	want := []string{
-		bucket.ProbeCreate, bucket.ProbeETag, bucket.ProbeCreateRejected, bucket.ProbeUpdate,
-		bucket.ProbeUpdateStale, bucket.ProbeIfMatchMissing, bucket.ProbeDelete, bucket.ProbeListAfterWrite, bucket.ProbeRace, bucket.ProbeCleanup,
+		probe.CheckCreate, probe.CheckETag, probe.CheckCreateRejected, probe.CheckUpdate,
+		probe.CheckUpdateStale, probe.CheckIfMatchMissing, probe.CheckDelete, probe.CheckListAfterWrite, probe.CheckRace, probe.CheckCleanup,
 	}
 	var got []string
 	for _, c := range rep.Checks {
@@ -53,15 +54,15 @@ func TestProbeMemPasses(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("checks = %v, want %v", got, want)
 	}
-	if !strings.HasPrefix(rep.Prefix, "deed-probe/") || rep.Racers != bucket.DefaultProbeRacers {
-		t.Errorf("prefix %q racers %d, want deed-probe/<random> and %d", rep.Prefix, rep.Racers, bucket.DefaultProbeRacers)
+	if !strings.HasPrefix(rep.Prefix, "deed-probe/") || rep.Racers != probe.DefaultRacers {
+		t.Errorf("prefix %q racers %d, want deed-probe/<random> and %d", rep.Prefix, rep.Racers, probe.DefaultRacers)
 	}
 	q := rep.Quirks
 	if q.IfMatchMissingStatus != 404 || !q.ConditionalDelete || !q.QuotedETags ||
 		strings.Join(q.Observed, ",") != bucket.QuirkIfMatchMissing404 {
 		t.Errorf("quirks = %+v, want 404 / conditional delete / quoted / observed [%s]", q, bucket.QuirkIfMatchMissing404)
 	}
-	if c, _ := rep.Check(bucket.ProbeRace); !strings.Contains(c.Detail, "32 racers: 1 won, 31 refused") {
+	if c, _ := rep.Check(probe.CheckRace); !strings.Contains(c.Detail, "32 racers: 1 won, 31 refused") {
 		t.Errorf("race detail = %q", c.Detail)
 	}
 }
@@ -69,18 +70,18 @@ func TestProbeMemPasses(t *testing.T) {
 func TestProbeIgnoredConditionsFailE010(t *testing.T) {
 	m := fakes3.NewMem()
 	m.SetIgnoreConditions(true)
-	rep, err := probeMem(t, t.Context(), m, m, bucket.ProbeOptions{Racers: 8})
-	if bucket.CodeOf(err) != bucket.CodeContract || bucket.CodeOf(err).ExitStatus() != 5 {
-		t.Fatalf("Probe err = %v (code %q), want DEED-E010 / exit 5", err, bucket.CodeOf(err))
+	rep, err := probeMem(t, t.Context(), m, m, probe.Options{Racers: 8})
+	if errcode.CodeOf(err) != errcode.CodeContract {
+		t.Fatalf("Probe err = %v (code %q), want DEED-E010", err, errcode.CodeOf(err))
 	}
-	var ce *bucket.Error
+	var ce *errcode.Error
 	if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), "DEED-E010 ") {
-		t.Errorf("err = %T %q, want a *bucket.Error starting with DEED-E010", err, err)
+		t.Errorf("err = %T %q, want a *errcode.Error starting with DEED-E010", err, err)
 	}
-	if rep.OK || rep.Verdict != bucket.VerdictFail || rep.Code != bucket.CodeContract {
+	if rep.OK || rep.Verdict != probe.VerdictFail || rep.Code != errcode.CodeContract {
 		t.Errorf("report ok %v verdict %q code %q, want fail E010", rep.OK, rep.Verdict, rep.Code)
 	}
-	for _, name := range []string{bucket.ProbeCreateRejected, bucket.ProbeUpdateStale, bucket.ProbeIfMatchMissing, bucket.ProbeRace} {
+	for _, name := range []string{probe.CheckCreateRejected, probe.CheckUpdateStale, probe.CheckIfMatchMissing, probe.CheckRace} {
 		if c, ok := rep.Check(name); !ok || c.OK || c.Inconclusive {
 			t.Errorf("check %s = %+v, want a failure", name, c)
 		}
@@ -88,14 +89,14 @@ func TestProbeIgnoredConditionsFailE010(t *testing.T) {
 			t.Errorf("error %q does not name failed check %s", err, name)
 		}
 	}
-	if c, _ := rep.Check(bucket.ProbeDelete); !c.OK || !c.Warning {
+	if c, _ := rep.Check(probe.CheckDelete); !c.OK || !c.Warning {
 		t.Errorf("conditional-delete = %+v, want a warning (stale delete went through)", c)
 	}
-	if c, _ := rep.Check(bucket.ProbeRace); !strings.Contains(c.Detail, "8 won") {
+	if c, _ := rep.Check(probe.CheckRace); !strings.Contains(c.Detail, "8 won") {
 		t.Errorf("race detail = %q, want 8 winners", c.Detail)
 	}
-	if s := text(rep); !strings.Contains(s, "verdict: FAIL (DEED-E010)") || !strings.Contains(s, "FAIL  race") {
-		t.Errorf("text report:\n%s", s)
+	if c, _ := rep.Check(probe.CheckRace); rep.Verdict != probe.VerdictFail || rep.Code != errcode.CodeContract || c.OK {
+		t.Errorf("verdict %q code %q race %+v, want a DEED-E010 failure of the race check", rep.Verdict, rep.Code, c)
 	}
 }
 
@@ -107,14 +108,14 @@ func TestProbeS3Targets(t *testing.T) {
 	for _, tg := range storetest.All(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			for i := range 2 { // twice: the race must not pass by luck, nor the first run leave anything
-				rep, err := bucket.Probe(t.Context(), tg.Bucket, bucket.ProbeOptions{})
+				rep, err := probe.Run(t.Context(), tg.Bucket, probe.Options{})
 				if err != nil || !rep.OK {
-					t.Fatalf("run %d: Probe: %v\n%s", i, err, text(rep))
+					t.Fatalf("run %d: Probe: %v\n%s", i, err, dump(rep))
 				}
-				if c, _ := rep.Check(bucket.ProbeRace); !strings.Contains(c.Detail, "1 won") {
+				if c, _ := rep.Check(probe.CheckRace); !strings.Contains(c.Detail, "1 won") {
 					t.Errorf("race: %s", c.Detail)
 				}
-				if c, _ := rep.Check(bucket.ProbeCreateRejected); tg.Name == "azurite" && !strings.Contains(c.Detail, "409 BlobAlreadyExists") {
+				if c, _ := rep.Check(probe.CheckCreateRejected); tg.Name == "azurite" && !strings.Contains(c.Detail, "409 BlobAlreadyExists") {
 					t.Errorf("create-rejected on Azure does not say how it was refused: %s", c.Detail)
 				}
 				t.Logf("%s run %d: verdict %s, quirks %+v", tg.Name, i, rep.Verdict, rep.Quirks)
@@ -130,9 +131,9 @@ func TestProbeS3Targets(t *testing.T) {
 	}
 	t.Run("httpfake-ignoring-conditions", func(t *testing.T) {
 		tg := s3test.HTTPFakeWith(t, fakes3.ServerOptions{IgnoreConditions: true})
-		rep, err := bucket.Probe(t.Context(), tg.Bucket, bucket.ProbeOptions{Racers: 8})
-		if bucket.CodeOf(err) != bucket.CodeContract {
-			t.Fatalf("Probe err = %v, want DEED-E010\n%s", err, text(rep))
+		rep, err := probe.Run(t.Context(), tg.Bucket, probe.Options{Racers: 8})
+		if errcode.CodeOf(err) != errcode.CodeContract {
+			t.Fatalf("Probe err = %v, want DEED-E010\n%s", err, dump(rep))
 		}
 	})
 }
@@ -154,16 +155,16 @@ func TestProbeTransientErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := fakes3.NewMem()
 			m.Inject(tt.rule)
-			rep, err := bucket.Probe(t.Context(), m, bucket.ProbeOptions{Racers: 8})
-			if bucket.CodeOf(err) != bucket.CodeUnavailable {
-				t.Fatalf("Probe err = %v, want DEED-E011\n%s", err, text(rep))
+			rep, err := probe.Run(t.Context(), m, probe.Options{Racers: 8})
+			if errcode.CodeOf(err) != errcode.CodeUnavailable {
+				t.Fatalf("Probe err = %v, want DEED-E011\n%s", err, dump(rep))
 			}
-			if rep.OK || rep.Verdict != bucket.VerdictError {
+			if rep.OK || rep.Verdict != probe.VerdictError {
 				t.Errorf("verdict %q ok %v, want error", rep.Verdict, rep.OK)
 			}
 			var inconclusive int
 			for _, c := range rep.Checks {
-				if !c.OK && !c.Inconclusive && c.Name != bucket.ProbeCleanup {
+				if !c.OK && !c.Inconclusive && c.Name != probe.CheckCleanup {
 					t.Errorf("check %+v failed: a transient error must not count against the store", c)
 				}
 				if c.Inconclusive {
@@ -171,7 +172,7 @@ func TestProbeTransientErrors(t *testing.T) {
 				}
 			}
 			if want := min(1, len(rep.Checks)); inconclusive != want {
-				t.Errorf("%d inconclusive checks, want 1\n%s", inconclusive, text(rep))
+				t.Errorf("%d inconclusive checks, want 1\n%s", inconclusive, dump(rep))
 			}
 			m.ClearFaults()
 			if keys := m.Keys(""); len(keys) > 0 {
@@ -186,8 +187,8 @@ func TestProbeCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	// Cancel in the middle: the first HEAD (after two PUTs) cancels.
 	m.Inject(fakes3.Rule{Op: fakes3.OpGet, Times: 1, Match: func(fakes3.Op, string) bool { cancel(); return true }})
-	_, err := bucket.Probe(ctx, m, bucket.ProbeOptions{})
-	if bucket.CodeOf(err) != bucket.CodeUnavailable || !errors.Is(err, context.Canceled) {
+	_, err := probe.Run(ctx, m, probe.Options{})
+	if errcode.CodeOf(err) != errcode.CodeUnavailable || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Probe err = %v, want DEED-E011 wrapping context.Canceled", err)
 	}
 	if keys := m.Keys(""); len(keys) > 0 {
@@ -204,7 +205,7 @@ func TestProbeScopedPrefix(t *testing.T) {
 		seen = append(seen, key) // puts of the race run concurrently, but Match runs under m's lock
 		return false
 	}})
-	rep, err := probeMem(t, t.Context(), m, bucket.WithPrefix(m, "tenant"), bucket.ProbeOptions{Prefix: "/scratch/", Racers: 4})
+	rep, err := probeMem(t, t.Context(), m, bucket.WithPrefix(m, "tenant"), probe.Options{Prefix: "/scratch/", Racers: 4})
 	if err != nil {
 		t.Fatalf("Probe: %v", err)
 	}
@@ -248,19 +249,19 @@ func TestProbeConditionalDeleteUnsupportedIsAWarning(t *testing.T) {
 			}
 			return m.Delete(ctx, key, c)
 		}}
-		rep, err := probeMem(t, t.Context(), m, b, bucket.ProbeOptions{Racers: 4})
+		rep, err := probeMem(t, t.Context(), m, b, probe.Options{Racers: 4})
 		if err != nil {
 			t.Fatalf("status %d: Probe: %v", status, err)
 		}
-		c, _ := rep.Check(bucket.ProbeDelete)
-		if !rep.OK || rep.Verdict != bucket.VerdictWarn || !c.OK || !c.Warning || rep.Quirks.ConditionalDelete {
+		c, _ := rep.Check(probe.CheckDelete)
+		if !rep.OK || rep.Verdict != probe.VerdictWarn || !c.OK || !c.Warning || rep.Quirks.ConditionalDelete {
 			t.Errorf("status %d: verdict %q, check %+v, quirks %+v: want a warning", status, rep.Verdict, c, rep.Quirks)
 		}
 		if has := strings.Contains(strings.Join(rep.Quirks.Observed, ","), bucket.QuirkNotImplemented); has != (status == 501) {
 			t.Errorf("status %d: observed quirks %v", status, rep.Quirks.Observed)
 		}
-		if s := text(rep); !strings.Contains(s, "WARN  conditional-delete") || !strings.Contains(s, "PASS with 1 warning") {
-			t.Errorf("text report:\n%s", s)
+		if n := rep.Warnings(); n != 1 {
+			t.Errorf("status %d: %d warnings, want 1\n%s", status, n, dump(rep))
 		}
 	}
 }
@@ -275,7 +276,7 @@ func TestProbeReports412ForIfMatchMissing(t *testing.T) {
 		}
 		return etag, err
 	}}
-	rep, err := probeMem(t, t.Context(), m, b, bucket.ProbeOptions{Racers: 4})
+	rep, err := probeMem(t, t.Context(), m, b, probe.Options{Racers: 4})
 	if err != nil {
 		t.Fatalf("Probe: %v", err)
 	}
@@ -292,9 +293,9 @@ func TestProbeConditionalPutRefusedOutright(t *testing.T) {
 		}
 		return m.Put(ctx, key, body, c)
 	}}
-	rep, err := probeMem(t, t.Context(), m, b, bucket.ProbeOptions{Racers: 4})
-	if bucket.CodeOf(err) != bucket.CodeContract {
-		t.Fatalf("Probe err = %v, want DEED-E010\n%s", err, text(rep))
+	rep, err := probeMem(t, t.Context(), m, b, probe.Options{Racers: 4})
+	if errcode.CodeOf(err) != errcode.CodeContract {
+		t.Fatalf("Probe err = %v, want DEED-E010\n%s", err, dump(rep))
 	}
 }
 
@@ -303,17 +304,17 @@ func TestProbeAccessDenied(t *testing.T) {
 	b := hooked{Bucket: m, put: func(ctx context.Context, key string, body []byte, c bucket.Condition) (string, error) {
 		return "", bucket.Classify("put", key, c, 403, "AccessDenied", nil)
 	}}
-	_, err := probeMem(t, t.Context(), m, b, bucket.ProbeOptions{})
-	if bucket.CodeOf(err) != bucket.CodeUnauthorized || bucket.CodeOf(err).ExitStatus() != 2 {
+	_, err := probeMem(t, t.Context(), m, b, probe.Options{})
+	if errcode.CodeOf(err) != errcode.CodeUnauthorized {
 		t.Fatalf("Probe err = %v, want DEED-E041", err)
 	}
 }
 
 func TestProbeBadOptions(t *testing.T) {
 	m := fakes3.NewMem()
-	for _, opts := range []bucket.ProbeOptions{{Racers: 1}, {Racers: -3}, {Prefix: "a/../b"}, {Prefix: "a//b"}} {
-		_, err := bucket.Probe(t.Context(), m, opts)
-		if bucket.CodeOf(err) != bucket.CodeBadRequest {
+	for _, opts := range []probe.Options{{Racers: 1}, {Racers: -3}, {Prefix: "a/../b"}, {Prefix: "a//b"}} {
+		_, err := probe.Run(t.Context(), m, opts)
+		if errcode.CodeOf(err) != errcode.CodeBadRequest {
 			t.Errorf("Probe(%+v) err = %v, want DEED-E040", opts, err)
 		}
 	}
@@ -327,11 +328,11 @@ func TestProbeBadOptions(t *testing.T) {
 func TestProbeRefusesNonEmptyPrefix(t *testing.T) {
 	m := fakes3.NewMem()
 	m.Set("data/own.json", []byte("precious"))
-	rep, err := bucket.Probe(t.Context(), m, bucket.ProbeOptions{Prefix: "data"})
-	if bucket.CodeOf(err) != bucket.CodeBadRequest || !strings.Contains(err.Error(), "not empty") {
+	rep, err := probe.Run(t.Context(), m, probe.Options{Prefix: "data"})
+	if errcode.CodeOf(err) != errcode.CodeBadRequest || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("Probe err = %v, want DEED-E040 not empty", err)
 	}
-	if len(rep.Checks) != 0 || rep.Verdict != bucket.VerdictError {
+	if len(rep.Checks) != 0 || rep.Verdict != probe.VerdictError {
 		t.Errorf("report = %+v, want no checks", rep)
 	}
 	if got := m.Keys(""); len(got) != 1 {
@@ -351,11 +352,11 @@ func TestProbeForeignKeyIsReportedNotDeleted(t *testing.T) {
 		once.Do(func() { m.Set("scratch/intruder", []byte("x")) })
 		return m.Put(ctx, key, body, c)
 	}}
-	rep, err := bucket.Probe(t.Context(), b, bucket.ProbeOptions{Prefix: "scratch", Racers: 4})
-	if bucket.CodeOf(err) != bucket.CodeUnavailable {
-		t.Fatalf("Probe err = %v, want DEED-E011\n%s", err, text(rep))
+	rep, err := probe.Run(t.Context(), b, probe.Options{Prefix: "scratch", Racers: 4})
+	if errcode.CodeOf(err) != errcode.CodeUnavailable {
+		t.Fatalf("Probe err = %v, want DEED-E011\n%s", err, dump(rep))
 	}
-	if c, _ := rep.Check(bucket.ProbeCleanup); c.OK || !strings.Contains(c.Detail, "intruder") {
+	if c, _ := rep.Check(probe.CheckCleanup); c.OK || !strings.Contains(c.Detail, "intruder") {
 		t.Errorf("cleanup = %+v", c)
 	}
 	if got := m.Keys(""); strings.Join(got, ",") != "scratch/intruder" {
@@ -366,7 +367,7 @@ func TestProbeForeignKeyIsReportedNotDeleted(t *testing.T) {
 func TestProbeReportJSON(t *testing.T) {
 	m := fakes3.NewMem()
 	m.SetIgnoreConditions(true)
-	rep, _ := bucket.Probe(t.Context(), m, bucket.ProbeOptions{Racers: 4})
+	rep, _ := probe.Run(t.Context(), m, probe.Options{Racers: 4})
 	rep.Bucket = "s3://b/p"
 	raw, err := json.Marshal(rep)
 	if err != nil {
@@ -390,7 +391,7 @@ func TestProbeReportJSON(t *testing.T) {
 			t.Errorf("check JSON lacks %q: %v", k, first)
 		}
 	}
-	var back bucket.ProbeReport
+	var back probe.Report
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -400,10 +401,10 @@ func TestProbeReportJSON(t *testing.T) {
 	}
 }
 
-func text(r bucket.ProbeReport) string {
-	var b bytes.Buffer
-	_ = r.WriteText(&b)
-	return b.String()
+// dump shows a report in a failure message.
+func dump(r probe.Report) string {
+	b, _ := json.MarshalIndent(r, "", "  ")
+	return string(b)
 }
 
 // lagging is a store whose listings show a write only from the second LIST
@@ -444,13 +445,13 @@ func (l *lagging) List(ctx context.Context, in bucket.ListInput) (bucket.ListPag
 func TestProbeListThatLagsIsAWarning(t *testing.T) {
 	m := fakes3.NewMem()
 	b := &lagging{Bucket: m, listed: map[string]string{}}
-	rep, err := bucket.Probe(t.Context(), b, bucket.ProbeOptions{Racers: 4})
+	rep, err := probe.Run(t.Context(), b, probe.Options{Racers: 4})
 	if err != nil {
-		t.Fatalf("Probe: %v\n%s", err, text(rep))
+		t.Fatalf("Probe: %v\n%s", err, dump(rep))
 	}
-	c, _ := rep.Check(bucket.ProbeListAfterWrite)
-	if !rep.OK || rep.Verdict != bucket.VerdictWarn || !c.OK || !c.Warning || rep.Quirks.ListAfterWrite {
-		t.Fatalf("verdict %q, check %+v, quirks %+v: want a warning\n%s", rep.Verdict, c, rep.Quirks, text(rep))
+	c, _ := rep.Check(probe.CheckListAfterWrite)
+	if !rep.OK || rep.Verdict != probe.VerdictWarn || !c.OK || !c.Warning || rep.Quirks.ListAfterWrite {
+		t.Fatalf("verdict %q, check %+v, quirks %+v: want a warning\n%s", rep.Verdict, c, rep.Quirks, dump(rep))
 	}
 	if !strings.Contains(c.Detail, "did not show the new object") {
 		t.Errorf("detail %q", c.Detail)

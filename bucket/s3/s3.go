@@ -1,4 +1,13 @@
-package bucket
+// Package s3 implements bucket.Bucket over the S3 API, through
+// aws-sdk-go-v2: AWS S3 and S3-compatible stores (versitygw, MinIO, deed's
+// own fakes3 server). It lives apart from package bucket so that code using
+// only the contract (owner, replication, the daemon client) does not pull
+// in the AWS SDK.
+//
+// A store answer becomes a typed error in one place, classifySDK, which
+// hands the HTTP status and S3 error code to bucket.Classify and so to the
+// quirks table.
+package s3
 
 import (
 	"bytes"
@@ -18,24 +27,22 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 )
 
-// DefaultRegion is used when neither S3Options.Region nor the AWS
+// DefaultRegion is used when neither Options.Region nor the AWS
 // configuration (AWS_REGION, the shared config file) names one. S3-compatible
 // stores mostly ignore the region, but SigV4 needs one to sign with.
 const DefaultRegion = "us-east-1"
 
-// DefaultWriteTimeout bounds one conditional write when S3Options.Timeout is
-// zero. A conditional write is never retried by the SDK, so a hung request
-// must end on its own for the caller to resolve the ambiguity by reading.
-const DefaultWriteTimeout = 10 * time.Second
-
-// S3Options configures OpenS3. The zero value talks to AWS S3 with the
+// Options configures Open. The zero value talks to AWS S3 with the
 // default credential chain and region resolution.
-type S3Options struct {
+type Options struct {
 	// Endpoint is the S3 endpoint URL, for S3-compatible stores. When empty,
 	// the SDK's own resolution applies: AWS_ENDPOINT_URL_S3, then
 	// AWS_ENDPOINT_URL, then the shared config file, then AWS.
@@ -49,18 +56,18 @@ type S3Options struct {
 	// DNS that virtual-hosted style needs; virtual-hosted on AWS.
 	PathStyle *bool
 	// Timeout bounds each conditional write (Put or Delete with a
-	// condition). 0 means DefaultWriteTimeout.
+	// condition). 0 means bucket.DefaultWriteTimeout.
 	Timeout time.Duration
 	// HTTPClient replaces the SDK's HTTP client (for tests, proxies, TLS).
-	// With AWS_CA_BUNDLE set, OpenS3 uses a copy whose transport trusts the
+	// With AWS_CA_BUNDLE set, Open uses a copy whose transport trusts the
 	// bundle's certificates (see caBundleClient).
 	HTTPClient *http.Client
 	// Credentials replaces the AWS default credential chain.
 	Credentials aws.CredentialsProvider
 }
 
-// s3Bucket implements Bucket over aws-sdk-go-v2. Keys are absolute within
-// the bucket; OpenS3 wraps it with WithPrefix.
+// s3Bucket implements bucket.Bucket over aws-sdk-go-v2. Keys are absolute within
+// the bucket; Open wraps it with bucket.WithPrefix.
 //
 // It holds two clients because the two kinds of request need opposite retry
 // policies. Reads and unconditional writes are idempotent, so the SDK's
@@ -72,12 +79,12 @@ type S3Options struct {
 // ErrAmbiguous for the caller to resolve by reading the key.
 type s3Bucket struct {
 	name    string
-	reads   *s3.Client // retrying: Get, Head, List, unconditional Put/Delete
-	writes  *s3.Client // no retries: conditional Put/Delete
+	reads   *awss3.Client // retrying: Get, Head, List, unconditional Put/Delete
+	writes  *awss3.Client // no retries: conditional Put/Delete
 	timeout time.Duration
 }
 
-// OpenS3 returns a Bucket for loc over the S3 API. It does no I/O beyond
+// Open returns a bucket.Bucket for loc over the S3 API. It does no I/O beyond
 // loading the AWS configuration (credentials are fetched on first use), so a
 // wrong endpoint or missing bucket shows up on the first request; run the
 // probe to check a store before trusting it.
@@ -86,7 +93,7 @@ type s3Bucket struct {
 // "when required": S3-compatible stores (gofakes3, versitygw, older MinIO)
 // mishandle the aws-chunked trailer encoding the SDK uses for them, and deed
 // does not need them because every body it writes carries its own CRC.
-func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
+func Open(ctx context.Context, loc bucket.Location, opts Options) (bucket.Bucket, error) {
 	if loc.Bucket == "" {
 		return nil, fmt.Errorf("open s3 bucket: empty bucket name")
 	}
@@ -146,7 +153,7 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 	// By the time an option function runs, the SDK has already resolved
 	// BaseEndpoint from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / the shared
 	// config, so path-style follows whichever endpoint is actually used.
-	common := func(o *s3.Options) {
+	common := func(o *awss3.Options) {
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
 		}
@@ -156,25 +163,25 @@ func OpenS3(ctx context.Context, loc Location, opts S3Options) (Bucket, error) {
 			o.UsePathStyle = o.BaseEndpoint != nil
 		}
 	}
-	noRetry := func(o *s3.Options) {
+	noRetry := func(o *awss3.Options) {
 		o.Retryer = aws.NopRetryer{}
 		o.RetryMaxAttempts = 1
 	}
 	b := &s3Bucket{
 		name:    loc.Bucket,
-		reads:   s3.NewFromConfig(cfg, common),
-		writes:  s3.NewFromConfig(cfg, common, noRetry),
+		reads:   awss3.NewFromConfig(cfg, common),
+		writes:  awss3.NewFromConfig(cfg, common, noRetry),
 		timeout: opts.Timeout,
 	}
 	if b.timeout == 0 {
-		b.timeout = DefaultWriteTimeout
+		b.timeout = bucket.DefaultWriteTimeout
 	}
 	if ep := b.reads.Options().BaseEndpoint; ep != nil && opts.Endpoint == "" {
 		if err := checkEndpoint(*ep); err != nil {
 			return nil, fmt.Errorf("open s3 bucket %s: endpoint from environment: %w", loc, err)
 		}
 	}
-	return WithPrefix(b, loc.Prefix), nil
+	return bucket.WithPrefix(b, loc.Prefix), nil
 }
 
 // caBundleEnv names the file of PEM certificates AWS tools trust for HTTPS
@@ -234,7 +241,7 @@ func checkEndpoint(raw string) error {
 
 // writeClient picks the client and context for a write: conditional writes
 // go through the non-retrying client under the per-request timeout.
-func (b *s3Bucket) writeClient(ctx context.Context, cond Condition) (*s3.Client, context.Context, context.CancelFunc) {
+func (b *s3Bucket) writeClient(ctx context.Context, cond bucket.Condition) (*awss3.Client, context.Context, context.CancelFunc) {
 	if !cond.Conditional() {
 		return b.reads, ctx, func() {}
 	}
@@ -320,26 +327,26 @@ func notS3(resp *http.Response, peek []byte) string {
 
 // notS3Status reports the statuses at which a non-S3 answer is definitive.
 // A 5xx or a 408/429 from something in front of the store (a proxy's error
-// page) is left to Classify: the request may have reached the store, and a
+// page) is left to bucket.Classify: the request may have reached the store, and a
 // conditional write may have landed, so it stays ambiguous.
 func notS3Status(status int) bool {
 	return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 }
 
 // classifySDK extracts the HTTP status and S3 error code from an SDK error and
-// hands them to Classify, the one place that decides what they mean.
-func classifySDK(op, key string, cond Condition, err error) *OpError {
+// hands them to bucket.Classify, the one place that decides what they mean.
+func classifySDK(op, key string, cond bucket.Condition, err error) *bucket.OpError {
 	if noCredentials(err) {
 		// The request was never sent (it could not be signed), so even a
 		// conditional write is definitely not applied.
-		return &OpError{Op: op, Key: key, Kind: ErrAccessDenied, Err: fmt.Errorf(
+		return &bucket.OpError{Op: op, Key: key, Kind: bucket.ErrAccessDenied, Err: fmt.Errorf(
 			"no usable AWS credentials (searched: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws, SSO, an instance role; "+
 				"for deed's embedded and fake stores, load DIR/credentials.env): %w", err)}
 	}
 	var hr *smithyhttp.ResponseError
 	if errors.As(err, &hr) && hr.Response != nil && hr.Response.Response != nil {
 		if what := hr.Response.Header.Get(notS3Header); what != "" && notS3Status(hr.Response.StatusCode) {
-			return &OpError{Op: op, Key: key, Kind: ErrNotS3, Status: hr.Response.StatusCode, Err: notS3Err(hr.Response.Request, what)}
+			return &bucket.OpError{Op: op, Key: key, Kind: bucket.ErrNotS3, Status: hr.Response.StatusCode, Err: notS3Err(hr.Response.Request, what)}
 		}
 	}
 	status, code := 0, ""
@@ -351,7 +358,7 @@ func classifySDK(op, key string, cond Condition, err error) *OpError {
 	if errors.As(err, &ae) {
 		code = ae.ErrorCode()
 	}
-	return Classify(op, key, cond, status, code, err)
+	return bucket.Classify(op, key, cond, status, code, err)
 }
 
 // notS3Err names what answered, and where.
@@ -376,24 +383,24 @@ func noCredentials(err error) bool {
 // badKey reports a key deed refuses to send: S3 stores and path-style
 // proxies normalise some keys ("a/../b"), silently aliasing two of them.
 func badKey(op, key string, err error) error {
-	return Errorf(CodeBadRequest, "%s %q: %w", op, key, err)
+	return errcode.Errorf(errcode.CodeBadRequest, "%s %q: %w", op, key, err)
 }
 
 // Get refuses an object over max from its Content-Length before reading the
 // body, and reads at most max+1 bytes of a body whose length was not
 // announced (or was announced wrong), so one request never holds more.
-func (b *s3Bucket) Get(ctx context.Context, key string, max int64) (Object, error) {
-	if err := ValidateKey(key); err != nil {
-		return Object{}, badKey("get", key, err)
+func (b *s3Bucket) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
+	if err := bucket.ValidateKey(key); err != nil {
+		return bucket.Object{}, badKey("get", key, err)
 	}
-	out, err := b.reads.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.name, Key: &key})
+	out, err := b.reads.GetObject(ctx, &awss3.GetObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
-		return Object{}, classifySDK("get", key, None, err)
+		return bucket.Object{}, classifySDK("get", key, bucket.None, err)
 	}
 	defer out.Body.Close()
-	obj := Object{Key: key, ETag: aws.ToString(out.ETag)}
+	obj := bucket.Object{Key: key, ETag: aws.ToString(out.ETag)}
 	if size := aws.ToInt64(out.ContentLength); max > 0 && size > max {
-		return obj, TooLarge(key, size, max)
+		return obj, bucket.TooLarge(key, size, max)
 	}
 	var r io.Reader = out.Body
 	if max > 0 {
@@ -402,24 +409,24 @@ func (b *s3Bucket) Get(ctx context.Context, key string, max int64) (Object, erro
 	body, err := io.ReadAll(r)
 	if err != nil {
 		// The status was 200 but the body did not arrive whole.
-		return Object{}, Classify("get", key, None, 0, "", fmt.Errorf("read body: %w", err))
+		return bucket.Object{}, bucket.Classify("get", key, bucket.None, 0, "", fmt.Errorf("read body: %w", err))
 	}
 	if max > 0 && int64(len(body)) > max {
-		return obj, TooLarge(key, -1, max)
+		return obj, bucket.TooLarge(key, -1, max)
 	}
 	obj.Body = body
 	return obj, nil
 }
 
-func (b *s3Bucket) Head(ctx context.Context, key string) (Info, error) {
-	if err := ValidateKey(key); err != nil {
-		return Info{}, badKey("head", key, err)
+func (b *s3Bucket) Head(ctx context.Context, key string) (bucket.Info, error) {
+	if err := bucket.ValidateKey(key); err != nil {
+		return bucket.Info{}, badKey("head", key, err)
 	}
-	out, err := b.reads.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.name, Key: &key})
+	out, err := b.reads.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
-		return Info{}, classifySDK("head", key, None, err)
+		return bucket.Info{}, classifySDK("head", key, bucket.None, err)
 	}
-	return Info{
+	return bucket.Info{
 		Key:          key,
 		ETag:         aws.ToString(out.ETag),
 		Size:         aws.ToInt64(out.ContentLength),
@@ -429,22 +436,22 @@ func (b *s3Bucket) Head(ctx context.Context, key string) (Info, error) {
 
 // Put sends the condition as If-None-Match: * or If-Match with the ETag
 // exactly as the store returned it (see QuirkETagQuoting).
-func (b *s3Bucket) Put(ctx context.Context, key string, body []byte, cond Condition) (string, error) {
-	if err := ValidateKey(key); err != nil {
+func (b *s3Bucket) Put(ctx context.Context, key string, body []byte, cond bucket.Condition) (string, error) {
+	if err := bucket.ValidateKey(key); err != nil {
 		return "", badKey("put", key, err)
 	}
-	in := &s3.PutObjectInput{
+	in := &awss3.PutObjectInput{
 		Bucket:        &b.name,
 		Key:           &key,
 		Body:          bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))),
 	}
 	switch cond.Kind {
-	case CondIfAbsent:
+	case bucket.CondIfAbsent:
 		in.IfNoneMatch = aws.String("*")
-	case CondIfMatch:
+	case bucket.CondIfMatch:
 		if cond.ETag == "" {
-			return "", Errorf(CodeBadRequest, "put %q: if-match with an empty etag", key)
+			return "", errcode.Errorf(errcode.CodeBadRequest, "put %q: if-match with an empty etag", key)
 		}
 		in.IfMatch = aws.String(cond.ETag)
 	}
@@ -459,25 +466,25 @@ func (b *s3Bucket) Put(ctx context.Context, key string, body []byte, cond Condit
 
 // Delete sends If-Match when cond carries one. Unconditional deletes of a
 // missing key succeed, as on S3, even on stores that answer 404.
-func (b *s3Bucket) Delete(ctx context.Context, key string, cond Condition) error {
-	if err := ValidateKey(key); err != nil {
+func (b *s3Bucket) Delete(ctx context.Context, key string, cond bucket.Condition) error {
+	if err := bucket.ValidateKey(key); err != nil {
 		return badKey("delete", key, err)
 	}
-	in := &s3.DeleteObjectInput{Bucket: &b.name, Key: &key}
+	in := &awss3.DeleteObjectInput{Bucket: &b.name, Key: &key}
 	switch cond.Kind {
-	case CondIfMatch:
+	case bucket.CondIfMatch:
 		if cond.ETag == "" {
-			return Errorf(CodeBadRequest, "delete %q: if-match with an empty etag", key)
+			return errcode.Errorf(errcode.CodeBadRequest, "delete %q: if-match with an empty etag", key)
 		}
 		in.IfMatch = aws.String(cond.ETag)
-	case CondIfAbsent:
-		return Errorf(CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
+	case bucket.CondIfAbsent:
+		return errcode.Errorf(errcode.CodeBadRequest, "delete %q: if-absent is not a delete condition", key)
 	}
 	client, ctx, cancel := b.writeClient(ctx, cond)
 	defer cancel()
 	if _, err := client.DeleteObject(ctx, in); err != nil {
 		oe := classifySDK("delete", key, cond, err)
-		if !cond.Conditional() && errors.Is(oe, ErrNotFound) {
+		if !cond.Conditional() && errors.Is(oe, bucket.ErrNotFound) {
 			return nil
 		}
 		return oe
@@ -485,8 +492,8 @@ func (b *s3Bucket) Delete(ctx context.Context, key string, cond Condition) error
 	return nil
 }
 
-func (b *s3Bucket) List(ctx context.Context, in ListInput) (ListPage, error) {
-	req := &s3.ListObjectsV2Input{Bucket: &b.name}
+func (b *s3Bucket) List(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
+	req := &awss3.ListObjectsV2Input{Bucket: &b.name}
 	if in.Prefix != "" {
 		req.Prefix = aws.String(in.Prefix)
 	}
@@ -503,18 +510,18 @@ func (b *s3Bucket) List(ctx context.Context, in ListInput) (ListPage, error) {
 	}
 	out, err := b.reads.ListObjectsV2(ctx, req)
 	if err != nil {
-		return ListPage{}, classifySDK("list", in.Prefix, None, err)
+		return bucket.ListPage{}, classifySDK("list", in.Prefix, bucket.None, err)
 	}
 	// A web page parses as an empty listing; an empty listing from
 	// something that is not S3 would be a confident wrong answer.
 	if raw, ok := awsmiddleware.GetRawResponse(out.ResultMetadata).(*smithyhttp.Response); ok && raw.Response != nil {
 		if what := raw.Header.Get(notS3Header); what != "" {
-			return ListPage{}, &OpError{Op: "list", Key: in.Prefix, Kind: ErrNotS3, Status: raw.StatusCode, Err: notS3Err(raw.Request, what)}
+			return bucket.ListPage{}, &bucket.OpError{Op: "list", Key: in.Prefix, Kind: bucket.ErrNotS3, Status: raw.StatusCode, Err: notS3Err(raw.Request, what)}
 		}
 	}
-	var page ListPage
+	var page bucket.ListPage
 	for _, o := range out.Contents {
-		page.Objects = append(page.Objects, Info{
+		page.Objects = append(page.Objects, bucket.Info{
 			Key:          aws.ToString(o.Key),
 			ETag:         aws.ToString(o.ETag),
 			Size:         aws.ToInt64(o.Size),
@@ -529,11 +536,11 @@ func (b *s3Bucket) List(ctx context.Context, in ListInput) (ListPage, error) {
 		if page.NextToken == "" {
 			// Returning a page without a token would end the caller's listing
 			// early and silently; a chain walk must never see a short list.
-			return ListPage{}, Classify("list", in.Prefix, None, 200, "",
+			return bucket.ListPage{}, bucket.Classify("list", in.Prefix, bucket.None, 200, "",
 				errors.New("truncated listing without a continuation token"))
 		}
 	}
 	return page, nil
 }
 
-var _ Bucket = (*s3Bucket)(nil)
+var _ bucket.Bucket = (*s3Bucket)(nil)

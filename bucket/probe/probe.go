@@ -1,60 +1,64 @@
-package bucket
+// Package probe is the conformance probe: it checks that a store honours the
+// conditional-write contract deed depends on.
+//
+// deed's safety rests on one property of the store: a conditional write is
+// atomic, and a write whose condition fails changes nothing. Some stores
+// accept If-None-Match / If-Match and silently ignore them; on such a store
+// every promise of docs/design.md is void, and nothing would tell the operator.
+// Run exercises the contract in a scratch prefix and says, in one report,
+// whether the store can be trusted, which quirks it has (404 vs 412 for
+// If-Match on a missing key, conditional DELETE support, ETag quoting), and
+// how long each step took. The daemon runs it at start; `deed probe` runs it
+// on demand.
+//
+// Run returns a Report (JSON-ready); rendering it for people is the
+// caller's (the CLI's) business.
+package probe
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/internal/nonce"
 	"github.com/deedkit/deed/internal/wait"
 )
 
-// The conformance probe.
-//
-// deed's safety rests on one property of the store: a conditional write is
-// atomic, and a write whose condition fails changes nothing. Some stores
-// accept If-None-Match / If-Match and silently ignore them; on such a store
-// every promise in DESIGN.md is void, and nothing would tell the operator.
-// Probe exercises the contract in a scratch prefix and says, in one report,
-// whether the store can be trusted, which quirks it has (404 vs 412 for
-// If-Match on a missing key, conditional DELETE support, ETag quoting), and
-// how long each step took. The daemon runs it at start; `deed probe` runs it
-// on demand.
-
-// Probe check names, in the order they run.
+// Check names, in the order they run.
 const (
-	ProbeCreate         = "create"
-	ProbeETag           = "etag"
-	ProbeCreateRejected = "create-rejected"
-	ProbeUpdate         = "update"
-	ProbeUpdateStale    = "update-stale"
-	ProbeIfMatchMissing = "if-match-missing"
-	ProbeDelete         = "conditional-delete"
-	ProbeListAfterWrite = "list-after-write"
-	ProbeRace           = "race"
-	ProbeCleanup        = "cleanup"
+	CheckCreate         = "create"
+	CheckETag           = "etag"
+	CheckCreateRejected = "create-rejected"
+	CheckUpdate         = "update"
+	CheckUpdateStale    = "update-stale"
+	CheckIfMatchMissing = "if-match-missing"
+	CheckDelete         = "conditional-delete"
+	CheckListAfterWrite = "list-after-write"
+	CheckRace           = "race"
+	CheckCleanup        = "cleanup"
 )
 
-// DefaultProbeRacers is how many concurrent creates the race check sends by
+// DefaultRacers is how many concurrent creates the race check sends by
 // default: enough to overlap on any real store, few enough for a laptop.
-const DefaultProbeRacers = 32
+const DefaultRacers = 32
 
-// ProbeOptions configures Probe. The zero value is ready to use.
-type ProbeOptions struct {
+// Options configures Run. The zero value is ready to use.
+type Options struct {
 	// Prefix is the scratch prefix, relative to b, under which every probe
-	// key is written. It must be empty: Probe lists it first and refuses
+	// key is written. It must be empty: Run lists it first and refuses
 	// (DEED-E040) to work among keys it did not write. Default
 	// "deed-probe/<random>", random so that concurrent probes of one bucket
 	// cannot interfere.
 	Prefix string
 	// Racers is the number of concurrent creates in the race check
-	// (default DefaultProbeRacers; at least 2).
+	// (default DefaultRacers; at least 2).
 	Racers int
 }
 
@@ -76,11 +80,11 @@ const (
 	VerdictError Verdict = "error"
 )
 
-// ProbeCheck is the result of one check. OK with Warning set means the check
+// Check is the result of one check. OK with Warning set means the check
 // passed with a caveat; !OK means the store failed it, unless Inconclusive
 // says the check could not run to the end (a transient error, which says
 // nothing about the contract).
-type ProbeCheck struct {
+type Check struct {
 	Name         string        `json:"name"`
 	OK           bool          `json:"ok"`
 	Warning      bool          `json:"warning,omitempty"`
@@ -89,9 +93,9 @@ type ProbeCheck struct {
 	Duration     time.Duration `json:"-"`
 }
 
-// ProbeQuirks is what the probe learned about the store's dialect; the S3
+// Quirks is what the probe learned about the store's dialect; the S3
 // client's quirks table is the place that acts on these.
-type ProbeQuirks struct {
+type Quirks struct {
 	// IfMatchMissingStatus is the HTTP status the store answered a PUT with
 	// If-Match on a missing key: 404 (AWS) or 412. 0 if not observed (the
 	// in-memory fake reports the status it simulates).
@@ -103,12 +107,12 @@ type ProbeQuirks struct {
 	ListAfterWrite bool `json:"list_after_write"`
 	// QuotedETags reports whether the store returns ETags in double quotes.
 	QuotedETags bool `json:"quoted_etags"`
-	// Observed lists the IDs of the rows of the Quirks table the store
+	// Observed lists the IDs of the rows of the bucket.Quirks table the store
 	// showed during the probe, so a report can be read against the table.
 	Observed []string `json:"observed,omitempty"`
 }
 
-func (q *ProbeQuirks) observe(id string) {
+func (q *Quirks) observe(id string) {
 	for _, x := range q.Observed {
 		if x == id {
 			return
@@ -117,26 +121,26 @@ func (q *ProbeQuirks) observe(id string) {
 	q.Observed = append(q.Observed, id)
 }
 
-// ProbeReport is the outcome of Probe: one entry per check that ran, the
+// Report is the outcome of Run: one entry per check that ran, the
 // store's quirks and an overall verdict.
-type ProbeReport struct {
-	// Bucket names the probed store for display; Probe leaves it empty and
+type Report struct {
+	// Bucket names the probed store for display; Run leaves it empty and
 	// callers (the CLI) fill it in.
 	Bucket   string        `json:"bucket,omitempty"`
 	Prefix   string        `json:"prefix"`
 	Verdict  Verdict       `json:"verdict"`
 	OK       bool          `json:"ok"`
-	Code     Code          `json:"code,omitempty"`
+	Code     errcode.Code  `json:"code,omitempty"`
 	Error    string        `json:"error,omitempty"`
 	Racers   int           `json:"racers"`
-	Quirks   ProbeQuirks   `json:"quirks"`
-	Checks   []ProbeCheck  `json:"checks"`
+	Quirks   Quirks        `json:"quirks"`
+	Checks   []Check       `json:"checks"`
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"-"`
 }
 
 // Warnings counts the checks that passed with a caveat.
-func (r ProbeReport) Warnings() int {
+func (r Report) Warnings() int {
 	n := 0
 	for _, c := range r.Checks {
 		if c.Warning {
@@ -147,8 +151,8 @@ func (r ProbeReport) Warnings() int {
 }
 
 // Failed returns the checks that did not pass.
-func (r ProbeReport) Failed() []ProbeCheck {
-	var out []ProbeCheck
+func (r Report) Failed() []Check {
+	var out []Check
 	for _, c := range r.Checks {
 		if !c.OK {
 			out = append(out, c)
@@ -158,13 +162,13 @@ func (r ProbeReport) Failed() []ProbeCheck {
 }
 
 // Check returns the named check, if it ran.
-func (r ProbeReport) Check(name string) (ProbeCheck, bool) {
+func (r Report) Check(name string) (Check, bool) {
 	for _, c := range r.Checks {
 		if c.Name == name {
 			return c, true
 		}
 	}
-	return ProbeCheck{}, false
+	return Check{}, false
 }
 
 // Durations travel in JSON as fractional milliseconds ("duration_ms"): a
@@ -175,25 +179,25 @@ type probeCheckJSON struct {
 	DurationMS float64 `json:"duration_ms"`
 }
 
-type probeCheckAlias ProbeCheck
+type probeCheckAlias Check
 
 // MarshalJSON adds duration_ms.
-func (c ProbeCheck) MarshalJSON() ([]byte, error) {
+func (c Check) MarshalJSON() ([]byte, error) {
 	return json.Marshal(probeCheckJSON{probeCheckAlias(c), millis(c.Duration)})
 }
 
 // UnmarshalJSON reads duration_ms back.
-func (c *ProbeCheck) UnmarshalJSON(b []byte) error {
+func (c *Check) UnmarshalJSON(b []byte) error {
 	var v probeCheckJSON
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*c = ProbeCheck(v.probeCheckAlias)
+	*c = Check(v.probeCheckAlias)
 	c.Duration = fromMillis(v.DurationMS)
 	return nil
 }
 
-type probeReportAlias ProbeReport
+type probeReportAlias Report
 
 type probeReportJSON struct {
 	probeReportAlias
@@ -201,17 +205,17 @@ type probeReportJSON struct {
 }
 
 // MarshalJSON adds duration_ms.
-func (r ProbeReport) MarshalJSON() ([]byte, error) {
+func (r Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(probeReportJSON{probeReportAlias(r), millis(r.Duration)})
 }
 
 // UnmarshalJSON reads duration_ms back.
-func (r *ProbeReport) UnmarshalJSON(b []byte) error {
+func (r *Report) UnmarshalJSON(b []byte) error {
 	var v probeReportJSON
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*r = ProbeReport(v.probeReportAlias)
+	*r = Report(v.probeReportAlias)
 	r.Duration = fromMillis(v.DurationMS)
 	return nil
 }
@@ -220,85 +224,17 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func fromMillis(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
-// WriteText prints the report for humans: one line per check, then the
-// verdict. It writes nothing about how to exit; the caller maps the error.
-func (r ProbeReport) WriteText(w io.Writer) error {
-	var b strings.Builder
-	target := r.Bucket
-	if target == "" {
-		target = "bucket"
-	}
-	fmt.Fprintf(&b, "deed probe: %s (scratch prefix %s, %d racers)\n", target, r.Prefix, r.Racers)
-	width := 0
-	for _, c := range r.Checks {
-		width = max(width, len(c.Name))
-	}
-	for _, c := range r.Checks {
-		status := "PASS"
-		switch {
-		case !c.OK && c.Inconclusive:
-			status = "ERR "
-		case !c.OK:
-			status = "FAIL"
-		case c.Warning:
-			status = "WARN"
-		}
-		fmt.Fprintf(&b, "  %s  %-*s  %8s  %s\n", status, width, c.Name, fmtDuration(c.Duration), c.Detail)
-	}
-	q := r.Quirks
-	imm := "not observed"
-	if q.IfMatchMissingStatus != 0 {
-		imm = fmt.Sprint(q.IfMatchMissingStatus)
-	}
-	fmt.Fprintf(&b, "quirks: if-match on missing key -> %s; conditional delete: %s; list after write: %s; quoted etags: %s",
-		imm, yesNo(q.ConditionalDelete), yesNo(q.ListAfterWrite), yesNo(q.QuotedETags))
-	if len(q.Observed) > 0 {
-		fmt.Fprintf(&b, " (quirks table: %s)", strings.Join(q.Observed, ", "))
-	}
-	b.WriteString("\n")
-	switch r.Verdict {
-	case VerdictPass:
-		fmt.Fprintf(&b, "verdict: PASS in %s: the store honours conditional writes\n", fmtDuration(r.Duration))
-	case VerdictWarn:
-		fmt.Fprintf(&b, "verdict: PASS with %d warning(s) in %s: the store honours conditional writes\n", r.Warnings(), fmtDuration(r.Duration))
-	case VerdictFail:
-		fmt.Fprintf(&b, "verdict: FAIL (%s): the store does not honour conditional writes; deed must not use it\n", r.Code)
-	default:
-		fmt.Fprintf(&b, "verdict: ERROR (%s): the probe could not finish: %s\n", r.Code, r.Error)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func yesNo(v bool) string {
-	if v {
-		return "yes"
-	}
-	return "no"
-}
-
-func fmtDuration(d time.Duration) string {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	case d >= time.Millisecond:
-		return d.Round(100 * time.Microsecond).String()
-	default:
-		return d.Round(time.Microsecond).String()
-	}
-}
-
-// Probe checks that b honours the conditional-write contract, in a scratch
+// Run checks that b honours the conditional-write contract, in a scratch
 // prefix that it cleans up afterwards.
 //
 // It returns the report and:
 //   - nil when every check passed (possibly with warnings);
-//   - a *Error with CodeContract (DEED-E010) when the store broke the
+//   - a *errcode.Error with errcode.CodeContract (DEED-E010) when the store broke the
 //     contract: a rejected write landed, a race had more than one winner, or
 //     conditional writes are refused outright;
-//   - a *Error with CodeUnavailable (DEED-E011) when a transient store error
+//   - a *errcode.Error with errcode.CodeUnavailable (DEED-E011) when a transient store error
 //     (or an outcome the probe cannot interpret) kept it from concluding,
-//     CodeUnauthorized (DEED-E041) for denied access, CodeBadRequest
+//     errcode.CodeUnauthorized (DEED-E041) for denied access, errcode.CodeBadRequest
 //     (DEED-E040) for invalid options or a scratch prefix that is not
 //     empty (checked with one LIST before anything is written).
 //
@@ -307,28 +243,28 @@ func fmtDuration(d time.Duration) string {
 // still run so the report shows everything that is wrong; a transient error
 // stops the remaining checks. Cleanup always runs, with its own deadline, so
 // a cancelled ctx does not strand the scratch keys.
-func Probe(ctx context.Context, b Bucket, opts ProbeOptions) (ProbeReport, error) {
+func Run(ctx context.Context, b bucket.Bucket, opts Options) (Report, error) {
 	if opts.Racers == 0 {
-		opts.Racers = DefaultProbeRacers
+		opts.Racers = DefaultRacers
 	}
 	prefix := strings.Trim(opts.Prefix, "/")
 	if prefix == "" {
 		prefix = "deed-probe/" + nonce.Hex(6)
 	}
-	r := ProbeReport{Prefix: prefix, Racers: opts.Racers, Started: time.Now()}
+	r := Report{Prefix: prefix, Racers: opts.Racers, Started: time.Now()}
 	if opts.Racers < 2 {
-		return r.finish(Errorf(CodeBadRequest, "probe: racers %d: need at least 2", opts.Racers))
+		return r.finish(errcode.Errorf(errcode.CodeBadRequest, "probe: racers %d: need at least 2", opts.Racers))
 	}
-	if err := ValidateKey(prefix + "/x"); err != nil {
-		return r.finish(Errorf(CodeBadRequest, "probe: scratch prefix: %w", err))
+	if err := bucket.ValidateKey(prefix + "/x"); err != nil {
+		return r.finish(errcode.Errorf(errcode.CodeBadRequest, "probe: scratch prefix: %w", err))
 	}
-	p := &prober{b: WithPrefix(b, prefix), id: nonce.Hex(4), racers: opts.Racers, written: map[string]bool{}, report: &r}
+	p := &prober{b: bucket.WithPrefix(b, prefix), id: nonce.Hex(4), racers: opts.Racers, written: map[string]bool{}, report: &r}
 	// The probe deletes what it wrote; an empty prefix guarantees that
 	// nothing else is there to be confused with it.
 	if existing, err := listRetry(ctx, p.b); err != nil {
 		return r.finish(probeError("list scratch prefix "+prefix, err))
 	} else if len(existing) > 0 {
-		return r.finish(Errorf(CodeBadRequest, "probe: scratch prefix %s/ is not empty (%d key(s), first %q): choose an empty one",
+		return r.finish(errcode.Errorf(errcode.CodeBadRequest, "probe: scratch prefix %s/ is not empty (%d key(s), first %q): choose an empty one",
 			prefix, len(existing), existing[0]))
 	}
 
@@ -340,11 +276,11 @@ func Probe(ctx context.Context, b Bucket, opts ProbeOptions) (ProbeReport, error
 	case len(r.Failed()) > 0 && p.contractFailed:
 		var names []string
 		for _, c := range r.Failed() {
-			if c.Name != ProbeCleanup && !c.Inconclusive {
+			if c.Name != CheckCleanup && !c.Inconclusive {
 				names = append(names, c.Name)
 			}
 		}
-		err = Errorf(CodeContract, "store fails the conditional-write contract (failed checks: %s)", strings.Join(names, ", "))
+		err = errcode.Errorf(errcode.CodeContract, "store fails the conditional-write contract (failed checks: %s)", strings.Join(names, ", "))
 	case abortErr != nil:
 		err = abortErr
 	case cleanupErr != nil:
@@ -354,15 +290,15 @@ func Probe(ctx context.Context, b Bucket, opts ProbeOptions) (ProbeReport, error
 }
 
 // finish sets the verdict from err and the checks.
-func (r *ProbeReport) finish(err error) (ProbeReport, error) {
+func (r *Report) finish(err error) (Report, error) {
 	r.Duration = time.Since(r.Started)
-	r.Code = CodeOf(err)
+	r.Code = errcode.CodeOf(err)
 	switch {
 	case err == nil && r.Warnings() > 0:
 		r.Verdict, r.OK = VerdictWarn, true
 	case err == nil:
 		r.Verdict, r.OK = VerdictPass, true
-	case r.Code == CodeContract:
+	case r.Code == errcode.CodeContract:
 		r.Verdict = VerdictFail
 	default:
 		r.Verdict = VerdictError
@@ -374,10 +310,10 @@ func (r *ProbeReport) finish(err error) (ProbeReport, error) {
 }
 
 type prober struct {
-	b      Bucket
+	b      bucket.Bucket
 	id     string // distinguishes this probe's bodies from any other writer's
 	racers int
-	report *ProbeReport
+	report *Report
 
 	mu      sync.Mutex
 	written map[string]bool // every key a write was attempted on
@@ -418,11 +354,11 @@ func abort(what string, err error) step {
 // including an ambiguous write, is E011: the store was not usable right now,
 // which says nothing about the contract.
 func probeError(what string, err error) error {
-	var oe *OpError
-	if errors.As(err, &oe) && (oe.ErrorCode() == CodeUnauthorized || oe.ErrorCode() == CodeBadRequest) {
-		return Errorf(oe.ErrorCode(), "probe: %s: %w", what, err)
+	var oe *bucket.OpError
+	if errors.As(err, &oe) && (oe.ErrorCode() == errcode.CodeUnauthorized || oe.ErrorCode() == errcode.CodeBadRequest) {
+		return errcode.Errorf(oe.ErrorCode(), "probe: %s: %w", what, err)
 	}
-	return Errorf(CodeUnavailable, "probe: %s: %w", what, err)
+	return errcode.Errorf(errcode.CodeUnavailable, "probe: %s: %w", what, err)
 }
 
 func (p *prober) runChecks(ctx context.Context) error {
@@ -431,20 +367,20 @@ func (p *prober) runChecks(ctx context.Context) error {
 		name string
 		run  func() step
 	}{
-		{ProbeCreate, func() step { var s step; createETag, s = p.checkCreate(ctx); return s }},
-		{ProbeETag, func() step { return p.checkETag(ctx, createETag) }},
-		{ProbeCreateRejected, func() step { return p.checkCreateRejected(ctx) }},
-		{ProbeUpdate, func() step { return p.checkUpdate(ctx) }},
-		{ProbeUpdateStale, func() step { return p.checkUpdateStale(ctx) }},
-		{ProbeIfMatchMissing, func() step { return p.checkIfMatchMissing(ctx) }},
-		{ProbeDelete, func() step { return p.checkDelete(ctx) }},
-		{ProbeListAfterWrite, func() step { return p.checkListAfterWrite(ctx) }},
-		{ProbeRace, func() step { return p.checkRace(ctx) }},
+		{CheckCreate, func() step { var s step; createETag, s = p.checkCreate(ctx); return s }},
+		{CheckETag, func() step { return p.checkETag(ctx, createETag) }},
+		{CheckCreateRejected, func() step { return p.checkCreateRejected(ctx) }},
+		{CheckUpdate, func() step { return p.checkUpdate(ctx) }},
+		{CheckUpdateStale, func() step { return p.checkUpdateStale(ctx) }},
+		{CheckIfMatchMissing, func() step { return p.checkIfMatchMissing(ctx) }},
+		{CheckDelete, func() step { return p.checkDelete(ctx) }},
+		{CheckListAfterWrite, func() step { return p.checkListAfterWrite(ctx) }},
+		{CheckRace, func() step { return p.checkRace(ctx) }},
 	}
 	for _, c := range checks {
 		start := time.Now()
 		s := c.run()
-		p.report.Checks = append(p.report.Checks, ProbeCheck{
+		p.report.Checks = append(p.report.Checks, Check{
 			Name: c.name, OK: s.ok, Warning: s.warning, Inconclusive: s.abort != nil,
 			Detail: s.detail, Duration: time.Since(start),
 		})
@@ -468,7 +404,7 @@ func (p *prober) body(label string) []byte {
 	return fmt.Appendf(nil, `{"probe":%q,"step":%q,"seq":%d,"nonce":%q}`, p.id, label, n, nonce.Hex(8))
 }
 
-func (p *prober) put(ctx context.Context, key string, body []byte, cond Condition) (string, error) {
+func (p *prober) put(ctx context.Context, key string, body []byte, cond bucket.Condition) (string, error) {
 	p.mu.Lock()
 	p.written[key] = true
 	p.mu.Unlock()
@@ -478,7 +414,7 @@ func (p *prober) put(ctx context.Context, key string, body []byte, cond Conditio
 // currentETag reads key's ETag; ok is false when the key is missing.
 func (p *prober) currentETag(ctx context.Context, key string) (etag string, ok bool, err error) {
 	info, err := p.b.Head(ctx, key)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, bucket.ErrNotFound) {
 		return "", false, nil
 	}
 	if err != nil {
@@ -490,12 +426,12 @@ func (p *prober) currentETag(ctx context.Context, key string) (etag string, ok b
 // rejectedOutright reports whether a conditional write was refused with a
 // definite client error that is not the condition failing (400, 501): the
 // store does not implement the header, which breaks the contract.
-func rejectedOutright(err error) (*OpError, bool) {
-	var oe *OpError
+func rejectedOutright(err error) (*bucket.OpError, bool) {
+	var oe *bucket.OpError
 	if !errors.As(err, &oe) {
 		return nil, false
 	}
-	if errors.Is(err, ErrUnsupported) {
+	if errors.Is(err, bucket.ErrUnsupported) {
 		return oe, true
 	}
 	switch oe.Status {
@@ -506,12 +442,12 @@ func rejectedOutright(err error) (*OpError, bool) {
 }
 
 func (p *prober) checkCreate(ctx context.Context) (string, step) {
-	etag, err := p.put(ctx, "create", p.body("create"), IfAbsent)
+	etag, err := p.put(ctx, "create", p.body("create"), bucket.IfAbsent)
 	if err != nil {
 		if oe, ok := rejectedOutright(err); ok {
 			return "", fail("If-None-Match: * refused outright (%d %s): the store does not support create-only writes", oe.Status, oe.Code)
 		}
-		if errors.Is(err, ErrPrecondition) {
+		if errors.Is(err, bucket.ErrPrecondition) {
 			return "", fail("If-None-Match: * on a fresh key was answered 412: the store cannot create conditionally")
 		}
 		return "", abort("create with If-None-Match", err)
@@ -521,7 +457,7 @@ func (p *prober) checkCreate(ctx context.Context) (string, step) {
 	}
 	p.report.Quirks.QuotedETags = strings.HasPrefix(etag, `"`)
 	if !p.report.Quirks.QuotedETags {
-		p.report.Quirks.observe(QuirkETagQuoting)
+		p.report.Quirks.observe(bucket.QuirkETagQuoting)
 	}
 	return etag, pass("If-None-Match: * on a new key created it (ETag %s)", etag)
 }
@@ -542,7 +478,7 @@ func (p *prober) checkETag(ctx context.Context, putETag string) step {
 	if err != nil {
 		return abort("head", err)
 	}
-	page, err := ListAll(ctx, p.b, ListInput{Prefix: "create"})
+	page, err := bucket.ListAll(ctx, p.b, bucket.ListInput{Prefix: "create"})
 	if err != nil {
 		return abort("list", err)
 	}
@@ -553,16 +489,16 @@ func (p *prober) checkETag(ctx context.Context, putETag string) step {
 		}
 	}
 	var bad []string
-	if !SameETag(obj.ETag, putETag) {
+	if !bucket.SameETag(obj.ETag, putETag) {
 		bad = append(bad, "GET "+obj.ETag)
 	}
-	if !SameETag(info.ETag, putETag) {
+	if !bucket.SameETag(info.ETag, putETag) {
 		bad = append(bad, "HEAD "+info.ETag)
 	}
 	if len(bad) > 0 {
 		return fail("PUT returned %s but %s: If-Match with the PUT's ETag would never match", putETag, strings.Join(bad, ", "))
 	}
-	if !SameETag(listETag, putETag) {
+	if !bucket.SameETag(listETag, putETag) {
 		// The protocol compares LIST ETags only with each other (node
 		// liveness), so a mismatch is survivable, but it is unusual.
 		return warn("PUT, GET and HEAD agree on %s, but LIST reported %q", putETag, listETag)
@@ -577,30 +513,30 @@ func (p *prober) checkCreateRejected(ctx context.Context) step {
 	}
 	if !exists {
 		// The create check failed; make the key exist for this check.
-		if before, err = p.put(ctx, "create", p.body("create-setup"), None); err != nil {
+		if before, err = p.put(ctx, "create", p.body("create-setup"), bucket.None); err != nil {
 			return abort("put", err)
 		}
 	}
-	_, err = p.put(ctx, "create", p.body("create-again"), IfAbsent)
+	_, err = p.put(ctx, "create", p.body("create-again"), bucket.IfAbsent)
 	createErr := err
 	switch {
 	case err == nil:
 		return fail("If-None-Match: * on an existing key succeeded: the store ignores create-only conditions")
-	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, bucket.ErrPrecondition):
 	default:
 		if oe, ok := rejectedOutright(err); ok {
 			return fail("If-None-Match: * refused outright (%d %s)", oe.Status, oe.Code)
 		}
 		return abort("rejected create", err)
 	}
-	if oe := (*OpError)(nil); errors.As(createErr, &oe) && oe.Status == 409 && oe.Code == "BlobAlreadyExists" {
-		p.report.Quirks.observe(QuirkAzureCreateExists)
+	if oe := (*bucket.OpError)(nil); errors.As(createErr, &oe) && oe.Status == 409 && oe.Code == "BlobAlreadyExists" {
+		p.report.Quirks.observe(bucket.QuirkAzureCreateExists)
 	}
 	after, _, err := p.currentETag(ctx, "create")
 	if err != nil {
 		return abort("head", err)
 	}
-	if !SameETag(before, after) {
+	if !bucket.SameETag(before, after) {
 		return fail("If-None-Match: * was answered %s but the object changed (%s -> %s)", refusal(createErr), before, after)
 	}
 	return pass("If-None-Match: * on an existing key was refused (%s) and changed nothing", refusal(createErr))
@@ -610,7 +546,7 @@ func (p *prober) checkCreateRejected(ctx context.Context) step {
 // the status and code of a store that says it another way (Azure's 409
 // BlobAlreadyExists, quirks table: azure-create-exists-409).
 func refusal(err error) string {
-	var oe *OpError
+	var oe *bucket.OpError
 	if errors.As(err, &oe) && oe.Status != 0 && oe.Status != 412 {
 		return fmt.Sprintf("%d %s", oe.Status, oe.Code)
 	}
@@ -620,7 +556,7 @@ func refusal(err error) string {
 // putPlain writes key unconditionally to set a check up. A store that
 // returns no ETag fails the check: If-Match needs one.
 func (p *prober) putPlain(ctx context.Context, key, label string) (string, *step) {
-	etag, err := p.put(ctx, key, p.body(label), None)
+	etag, err := p.put(ctx, key, p.body(label), bucket.None)
 	if err != nil {
 		s := abort("put", err)
 		return "", &s
@@ -637,10 +573,10 @@ func (p *prober) checkUpdate(ctx context.Context) step {
 	if s != nil {
 		return *s
 	}
-	e1, err := p.put(ctx, "update", p.body("update"), IfMatch(e0))
+	e1, err := p.put(ctx, "update", p.body("update"), bucket.IfMatch(e0))
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, bucket.ErrPrecondition):
 		return fail("If-Match with the current ETag %s was refused (412)", e0)
 	default:
 		if oe, ok := rejectedOutright(err); ok {
@@ -648,14 +584,14 @@ func (p *prober) checkUpdate(ctx context.Context) step {
 		}
 		return abort("update with If-Match", err)
 	}
-	if SameETag(e0, e1) {
+	if bucket.SameETag(e0, e1) {
 		return fail("an update with a different body kept the ETag %s: If-Match cannot tell versions apart", e0)
 	}
 	cur, _, err := p.currentETag(ctx, "update")
 	if err != nil {
 		return abort("head", err)
 	}
-	if !SameETag(cur, e1) {
+	if !bucket.SameETag(cur, e1) {
 		return fail("If-Match update returned %s but HEAD shows %s", e1, cur)
 	}
 	return pass("If-Match with the current ETag replaced the object (%s -> %s)", e0, e1)
@@ -670,11 +606,11 @@ func (p *prober) checkUpdateStale(ctx context.Context) step {
 	if s != nil {
 		return *s
 	}
-	_, err := p.put(ctx, "stale", p.body("stale-write"), IfMatch(stale))
+	_, err := p.put(ctx, "stale", p.body("stale-write"), bucket.IfMatch(stale))
 	switch {
 	case err == nil:
 		return fail("If-Match with a stale ETag succeeded: the store ignores If-Match")
-	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, bucket.ErrPrecondition):
 	default:
 		if oe, ok := rejectedOutright(err); ok {
 			return fail("If-Match refused outright (%d %s)", oe.Status, oe.Code)
@@ -685,7 +621,7 @@ func (p *prober) checkUpdateStale(ctx context.Context) step {
 	if err != nil {
 		return abort("head", err)
 	}
-	if !SameETag(cur, fresh) {
+	if !bucket.SameETag(cur, fresh) {
 		return fail("If-Match with a stale ETag was answered 412 but the object changed (%s -> %s)", fresh, cur)
 	}
 	return pass("If-Match with a stale ETag was refused (412) and changed nothing")
@@ -695,16 +631,16 @@ func (p *prober) checkIfMatchMissing(ctx context.Context) step {
 	// An ETag in the store's own format that cannot match: the MD5 of a
 	// body never written is as good as any.
 	ghost := `"` + nonce.Hex(16) + `"`
-	_, err := p.put(ctx, "missing", p.body("missing"), IfMatch(ghost))
+	_, err := p.put(ctx, "missing", p.body("missing"), bucket.IfMatch(ghost))
 	var status int
-	var oe *OpError
+	var oe *bucket.OpError
 	if errors.As(err, &oe) {
 		status = oe.Status
 	}
 	switch {
 	case err == nil:
 		return fail("If-Match on a missing key created it: the store ignores If-Match")
-	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, bucket.ErrPrecondition):
 	default:
 		if oe, ok := rejectedOutright(err); ok {
 			return fail("If-Match on a missing key refused with %d %s instead of 404 or 412", oe.Status, oe.Code)
@@ -713,7 +649,7 @@ func (p *prober) checkIfMatchMissing(ctx context.Context) step {
 	}
 	p.report.Quirks.IfMatchMissingStatus = status
 	if status == 404 {
-		p.report.Quirks.observe(QuirkIfMatchMissing404)
+		p.report.Quirks.observe(bucket.QuirkIfMatchMissing404)
 	}
 	_, exists, err := p.currentETag(ctx, "missing")
 	if err != nil {
@@ -741,12 +677,12 @@ func (p *prober) checkDelete(ctx context.Context) step {
 	if s != nil {
 		return *s
 	}
-	err := p.b.Delete(ctx, "delete", IfMatch(stale))
+	err := p.b.Delete(ctx, "delete", bucket.IfMatch(stale))
 	switch {
 	case err == nil:
 		return warn("DELETE with a stale If-Match deleted the object: the store ignores conditions on DELETE; deed will not rely on them")
-	case errors.Is(err, ErrPrecondition):
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, bucket.ErrPrecondition):
+	case errors.Is(err, bucket.ErrNotFound):
 		return warn("DELETE with a stale If-Match on an existing key was answered 404; deed will not rely on conditional deletes")
 	default:
 		if oe, ok := p.unsupportedDelete(err); ok {
@@ -758,13 +694,13 @@ func (p *prober) checkDelete(ctx context.Context) step {
 	if err != nil {
 		return abort("head", err)
 	}
-	if !exists || !SameETag(cur, fresh) {
+	if !exists || !bucket.SameETag(cur, fresh) {
 		return warn("DELETE with a stale If-Match answered 412 but the object changed; deed will not rely on conditional deletes")
 	}
-	err = p.b.Delete(ctx, "delete", IfMatch(fresh))
+	err = p.b.Delete(ctx, "delete", bucket.IfMatch(fresh))
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, bucket.ErrPrecondition):
 		return warn("DELETE with the current If-Match was refused (412); deed will not rely on conditional deletes")
 	default:
 		if oe, ok := p.unsupportedDelete(err); ok {
@@ -791,17 +727,17 @@ func (p *prober) checkDelete(ctx context.Context) step {
 // consistency in general; a lag it does see is proof of the opposite.
 func (p *prober) checkListAfterWrite(ctx context.Context) step {
 	const key = "listed"
-	etag, err := p.put(ctx, key, p.body("listed"), IfAbsent)
+	etag, err := p.put(ctx, key, p.body("listed"), bucket.IfAbsent)
 	if err != nil {
 		return abort("create", err)
 	}
 	shown := func() (bool, error) {
-		page, err := ListAll(ctx, p.b, ListInput{Prefix: key})
+		page, err := bucket.ListAll(ctx, p.b, bucket.ListInput{Prefix: key})
 		if err != nil {
 			return false, err
 		}
 		for _, o := range page.Objects {
-			if o.Key == key && SameETag(o.ETag, etag) {
+			if o.Key == key && bucket.SameETag(o.ETag, etag) {
 				return true, nil
 			}
 		}
@@ -814,7 +750,7 @@ func (p *prober) checkListAfterWrite(ctx context.Context) step {
 	if !ok {
 		return warn("LIST right after a PUT did not show the new object: listings lag behind writes; run deed gc only while no cell is being opened or read")
 	}
-	if err := p.b.Delete(ctx, key, Condition{}); err != nil {
+	if err := p.b.Delete(ctx, key, bucket.Condition{}); err != nil {
 		return abort("delete", err)
 	}
 	if ok, err = shown(); err != nil {
@@ -830,13 +766,13 @@ func (p *prober) checkListAfterWrite(ctx context.Context) step {
 // unsupportedDelete: a conditional DELETE refused with a definite client
 // error (501 NotImplemented, 400): the store does not implement it. Since a
 // delete is not part of the safety contract, this is only a warning.
-func (p *prober) unsupportedDelete(err error) (*OpError, bool) {
+func (p *prober) unsupportedDelete(err error) (*bucket.OpError, bool) {
 	oe, ok := rejectedOutright(err)
-	if ok && errors.Is(err, ErrUnsupported) {
-		p.report.Quirks.observe(QuirkNotImplemented)
+	if ok && errors.Is(err, bucket.ErrUnsupported) {
+		p.report.Quirks.observe(bucket.QuirkNotImplemented)
 	}
 	if !ok && oe != nil && oe.Status >= 400 && oe.Status < 500 && oe.Status != 404 && oe.Status != 409 &&
-		!errors.Is(err, ErrAccessDenied) {
+		!errors.Is(err, bucket.ErrAccessDenied) {
 		return oe, true
 	}
 	return oe, ok
@@ -878,7 +814,7 @@ func (p *prober) race(ctx context.Context, key string) (s step, again bool) {
 	for i := range results {
 		wg.Go(func() {
 			<-start
-			results[i].etag, results[i].err = p.b.Put(ctx, key, results[i].body, IfAbsent)
+			results[i].etag, results[i].err = p.b.Put(ctx, key, results[i].body, bucket.IfAbsent)
 		})
 	}
 	close(start)
@@ -891,16 +827,16 @@ func (p *prober) race(ctx context.Context, key string) (s step, again bool) {
 		switch {
 		case r.err == nil:
 			winners = append(winners, i)
-		case errors.Is(r.err, ErrPrecondition):
+		case errors.Is(r.err, bucket.ErrPrecondition):
 			refused++
-		case errors.Is(r.err, ErrConflict):
+		case errors.Is(r.err, bucket.ErrConflict):
 			conflicts++
 		default:
 			unclear = append(unclear, r.err)
 		}
 	}
 	if conflicts > 0 {
-		p.report.Quirks.observe(QuirkConditionalConflict)
+		p.report.Quirks.observe(bucket.QuirkConditionalConflict)
 	}
 	tally := fmt.Sprintf("%d racers: %d won, %d refused (412), %d conflict (409)", p.racers, len(winners), refused, conflicts)
 	if len(winners) > 1 {
@@ -913,12 +849,12 @@ func (p *prober) race(ctx context.Context, key string) (s step, again bool) {
 	}
 	obj, err := p.b.Get(ctx, key, maxProbeObject)
 	switch {
-	case errors.Is(err, ErrNotFound) && len(winners) == 0:
+	case errors.Is(err, bucket.ErrNotFound) && len(winners) == 0:
 		if conflicts == p.racers {
 			return abort("race inconclusive", fmt.Errorf("%s in %d attempts: every racer got 409", tally, raceAttempts)), true
 		}
 		return fail("%s: nobody won and the key is missing", tally), false
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, bucket.ErrNotFound):
 		return fail("%s but the key is missing afterwards", tally), false
 	case err != nil:
 		return abort("get race key", err), false
@@ -927,7 +863,7 @@ func (p *prober) race(ctx context.Context, key string) (s step, again bool) {
 		return fail("%s, yet the key holds a body: a refused write landed", tally), false
 	}
 	w := results[winners[0]]
-	if string(obj.Body) != string(w.body) || !SameETag(obj.ETag, w.etag) {
+	if string(obj.Body) != string(w.body) || !bucket.SameETag(obj.ETag, w.etag) {
 		return fail("%s, but the key holds another racer's body: a refused write landed", tally), false
 	}
 	return pass("%s; the winner's body is stored", tally), false
@@ -983,7 +919,7 @@ func (p *prober) cleanup(ctx context.Context) error {
 			break
 		}
 	}
-	check := ProbeCheck{Name: ProbeCleanup, Duration: time.Since(start)}
+	check := Check{Name: CheckCleanup, Duration: time.Since(start)}
 	var out error
 	switch {
 	case err != nil:
@@ -994,13 +930,13 @@ func (p *prober) cleanup(ctx context.Context) error {
 		if firstErr != nil {
 			check.Detail += fmt.Sprintf(" (%v)", firstErr)
 		}
-		out = Errorf(CodeUnavailable, "probe: clean up %s: %d key(s) left", p.report.Prefix, len(ours))
+		out = errcode.Errorf(errcode.CodeUnavailable, "probe: clean up %s: %d key(s) left", p.report.Prefix, len(ours))
 	case len(foreign) > 0:
 		// Someone else wrote into the scratch prefix while the probe ran;
 		// their writes may have disturbed the checks.
 		check.Detail = fmt.Sprintf("%d key(s) appeared under %s/ that the probe did not write (left alone): %s",
 			len(foreign), p.report.Prefix, strings.Join(foreign, ", "))
-		out = Errorf(CodeUnavailable, "probe: another writer used the scratch prefix %s during the probe", p.report.Prefix)
+		out = errcode.Errorf(errcode.CodeUnavailable, "probe: another writer used the scratch prefix %s during the probe", p.report.Prefix)
 	default:
 		check.OK = true
 		check.Detail = fmt.Sprintf("deleted %d key(s); the scratch prefix lists empty", len(keys))
@@ -1011,9 +947,9 @@ func (p *prober) cleanup(ctx context.Context) error {
 
 // deleteRetry deletes key unconditionally, retrying transient errors briefly
 // (an unconditional delete is idempotent, so retrying is safe).
-func deleteRetry(ctx context.Context, b Bucket, key string) error {
+func deleteRetry(ctx context.Context, b bucket.Bucket, key string) error {
 	err := wait.Retry(ctx, 4, probeBackoff, nil, func(ctx context.Context) error {
-		if err := b.Delete(ctx, key, None); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := b.Delete(ctx, key, bucket.None); err != nil && !errors.Is(err, bucket.ErrNotFound) {
 			return err
 		}
 		return nil
@@ -1025,10 +961,10 @@ func deleteRetry(ctx context.Context, b Bucket, key string) error {
 }
 
 // listRetry lists every key under b, retrying transient errors briefly.
-func listRetry(ctx context.Context, b Bucket) ([]string, error) {
-	var page ListPage
+func listRetry(ctx context.Context, b bucket.Bucket) ([]string, error) {
+	var page bucket.ListPage
 	err := wait.Retry(ctx, 4, probeBackoff, nil, func(ctx context.Context) (err error) {
-		page, err = ListAll(ctx, b, ListInput{})
+		page, err = bucket.ListAll(ctx, b, bucket.ListInput{})
 		return err
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/storetest"
+	"github.com/deedkit/deed/errcode"
 )
 
 // An endpoint that is not an S3 store (the usual mistake: --endpoint at a
@@ -21,7 +23,7 @@ func TestNotS3Endpoint(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		handler http.HandlerFunc
-		want    [8]error // classOps order
+		want    [8]error // storetest.ClassOps order
 		mention string
 	}{
 		{
@@ -91,27 +93,27 @@ func TestNotS3Endpoint(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			t.Cleanup(srv.Close)
 			b := openCanned(t, srv.URL, 2*time.Second)
-			for i, col := range classOps {
+			for i, col := range storetest.ClassOps {
 				if tc.want[i] == bucket.ErrUnavailable {
 					continue // the SDK retries reads with backoff; TestClassifyThroughSDK covers 5xx
 				}
 				err := call(t.Context(), b, col)
 				if tc.want[i] == nil {
 					if err != nil && tc.name != "HTML 200 to a listing" {
-						t.Errorf("%s: %v, want success", col.name, err)
+						t.Errorf("%s: %v, want success", col.Name, err)
 					}
 					continue
 				}
 				if !errors.Is(err, tc.want[i]) {
-					t.Errorf("%s: %v, want %v", col.name, err, tc.want[i])
+					t.Errorf("%s: %v, want %v", col.Name, err, tc.want[i])
 					continue
 				}
 				if tc.want[i] == bucket.ErrNotS3 {
-					if bucket.CodeOf(err) != bucket.CodeBadRequest {
-						t.Errorf("%s: code %s, want %s", col.name, bucket.CodeOf(err), bucket.CodeBadRequest)
+					if errcode.CodeOf(err) != errcode.CodeBadRequest {
+						t.Errorf("%s: code %s, want %s", col.Name, errcode.CodeOf(err), errcode.CodeBadRequest)
 					}
-					if !strings.Contains(err.Error(), srv.URL) || (col.name != "head" && !strings.Contains(err.Error(), tc.mention)) {
-						t.Errorf("%s: %v does not name what answered (%s, %q)", col.name, err, srv.URL, tc.mention)
+					if !strings.Contains(err.Error(), srv.URL) || (col.Name != "head" && !strings.Contains(err.Error(), tc.mention)) {
+						t.Errorf("%s: %v does not name what answered (%s, %q)", col.Name, err, srv.URL, tc.mention)
 					}
 				}
 			}

@@ -1,4 +1,4 @@
-package bucket_test
+package s3_test
 
 import (
 	"crypto/x509"
@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/bucket/s3"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
@@ -70,7 +71,7 @@ func TestCABundle(t *testing.T) {
 			} else {
 				t.Setenv("AWS_CA_BUNDLE", "")
 			}
-			b, err := bucket.OpenS3(t.Context(), bucket.Location{Bucket: "b"}, bucket.S3Options{
+			b, err := s3.Open(t.Context(), bucket.Location{Bucket: "b"}, s3.Options{
 				Endpoint: url, Credentials: s3test.Credentials(), HTTPClient: c.client,
 			})
 			if err != nil {
@@ -94,7 +95,7 @@ func TestCABundle(t *testing.T) {
 	}
 }
 
-// A bundle that cannot be used fails OpenS3 with a message naming it.
+// A bundle that cannot be used fails Open with a message naming it.
 func TestCABundleUnusable(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.pem")
 	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
@@ -102,11 +103,11 @@ func TestCABundleUnusable(t *testing.T) {
 	}
 	for _, path := range []string{bad, filepath.Join(t.TempDir(), "missing.pem")} {
 		t.Setenv("AWS_CA_BUNDLE", path)
-		_, err := bucket.OpenS3(t.Context(), bucket.Location{Bucket: "b"}, bucket.S3Options{
+		_, err := s3.Open(t.Context(), bucket.Location{Bucket: "b"}, s3.Options{
 			Endpoint: "https://127.0.0.1:1", Credentials: s3test.Credentials(), HTTPClient: &http.Client{},
 		})
 		if err == nil {
-			t.Fatalf("%s: OpenS3 accepted it", path)
+			t.Fatalf("%s: Open accepted it", path)
 		}
 	}
 }
