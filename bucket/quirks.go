@@ -65,7 +65,7 @@ var Quirks = []Quirk{
 		ID: QuirkETagQuoting,
 		Seen: "AWS S3 returns quoted ETags; so do fakes3.Server, fakes3.Mem and versitygw " +
 			"v1.8.0, which also accept a bare If-Match (contract test etag-quoting); the " +
-			"field reports of DESIGN.md name stores that return or expect bare hex",
+			"field reports name stores that return or expect bare hex",
 		Behaviour: "an ETag may come back quoted (\"abc\") or bare (abc), and a store may " +
 			"compare If-Match byte-for-byte",
 		Handling: "the S3 client sends If-Match exactly as the store returned the ETag (never " +

@@ -10,6 +10,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/wait"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
@@ -183,7 +184,7 @@ func (d *Daemon) watchNode(ctx context.Context, n *owner.Node) {
 				return
 			}
 			d.log.Warn("regaining node lease failed; retrying", "err", err)
-			if sleepCtx(ctx, d.cfg.TTL/3) != nil {
+			if wait.Sleep(ctx, d.cfg.TTL/3) != nil {
 				return
 			}
 		}
@@ -471,15 +472,4 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.m.cellsHeld.Set(0)
 	d.log.Info("drained", "cells", len(cells), "errors", len(errs))
 	return errors.Join(errs...)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -41,7 +41,7 @@ func (e *HeldError) Error() string {
 func (e *HeldError) ErrorCode() errcode.Code { return errcode.CodeHeld }
 
 // Claim makes this node the owner of cell for a new epoch, following
-// DESIGN.md: create when absent; take over (If-Match, epoch+1) when
+// the claim rule (docs/design.md, "Claiming a cell"): create when absent; take over (If-Match, epoch+1) when
 // released, when the record names this node, or when its owner is dead;
 // refuse with DEED-E020 otherwise unless forced.
 //

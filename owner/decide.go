@@ -63,7 +63,7 @@ type Decision struct {
 // epoch) is already at the largest epoch.
 const ReasonEpochOverflow = "epoch-overflow"
 
-// Decide is the claim rule of DESIGN.md as a pure function of what was read
+// Decide is the claim rule (docs/design.md, "Claiming a cell") as a pure function of what was read
 // (cur), who is asking (me), what is known of the owner's liveness (owner,
 // judged at now) and whether an operator forces the claim.
 func Decide(cur Current, me string, owner Observation, now time.Time, p Params, force bool) Decision {

@@ -257,8 +257,8 @@ func BenchmarkRestore(b *testing.B) {
 
 // BenchmarkAcquire: the latency from deciding to own a cell to being able
 // to append to it — a claim (GET, conditional PUT) and then Open, which
-// fences every predecessor before the first write (DESIGN.md, "Sealing
-// predecessors"):
+// fences every predecessor before the first write (docs/design.md, "Sealing
+// predecessors, with bounded fencing"):
 //
 //   - absent: a cell never claimed;
 //   - released: a cell whose previous owner closed its log (sealing its

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/nonce"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
@@ -107,18 +107,12 @@ func (bf *benchFlags) check() error {
 	}
 	bf.prefix = strings.Trim(bf.prefix, "/")
 	if bf.prefix == "" {
-		bf.prefix = "deed-bench/" + randomID(6)
+		bf.prefix = "deed-bench/" + nonce.Hex(6)
 	}
 	if err := bucket.ValidateKey(bf.prefix + "/x"); err != nil {
 		return errcode.Errorf(errcode.CodeBadRequest, "bench: --prefix: %w", err)
 	}
 	return nil
-}
-
-func randomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // benchStats summarises one phase.

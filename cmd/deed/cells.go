@@ -12,6 +12,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/wait"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -112,7 +113,7 @@ func (w *heldWait) retry(ctx context.Context, what string, try func() error) err
 			w.logged = true
 			w.log.Info(what+" held; waiting", "wait", w.wait, "err", err)
 		}
-		if serr := sleepCtx(ctx, min(w.poll, left)); serr != nil {
+		if serr := wait.Sleep(ctx, min(w.poll, left)); serr != nil {
 			return errcode.Wrap(err, "interrupted while waiting")
 		}
 	}
@@ -194,16 +195,4 @@ func validPrefix(p string) error {
 		return errcode.Wrap(err, "--prefix")
 	}
 	return nil
-}
-
-// sleepCtx sleeps for d, or until ctx is done (then it returns ctx.Err()).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

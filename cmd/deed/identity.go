@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"os"
 	"strings"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/nonce"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -55,9 +54,7 @@ func (cfg *config) ownIdentity(cmd *cobra.Command, kind, asNode string) (bool, e
 // node-name alphabet replaced by '-', cut to fit the name limit) says where
 // the process ran, the random part makes it unique to this process.
 func newIdentity(kind string) string {
-	var r [4]byte
-	_, _ = rand.Read(r[:]) // crypto/rand.Read does not fail
-	suffix := "-" + kind + "-" + hex.EncodeToString(r[:])
+	suffix := "-" + kind + "-" + nonce.Hex(4)
 	host, _ := os.Hostname()
 	host = strings.Map(func(c rune) rune {
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/wait"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -96,7 +97,7 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 					if left <= 0 {
 						break
 					}
-					if err := sleepCtx(ctx, min(every, left)); err != nil {
+					if err := wait.Sleep(ctx, min(every, left)); err != nil {
 						break // interrupted: show what was seen so far
 					}
 					if err := obs.Refresh(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/wait"
 )
 
 // readPage is how many records read asks the daemon for at a time: the
@@ -92,7 +93,7 @@ waits for its first record instead.)`,
 					if !follow {
 						return nil
 					}
-					if sleepCtx(ctx, poll) != nil {
+					if wait.Sleep(ctx, poll) != nil {
 						return nil
 					}
 				}

@@ -24,7 +24,7 @@ import (
 //     sent and is still travelling when the client gave up on it);
 //   - retries (only for the broken variant "client retries"): a client that
 //     retries a conditional write after an ambiguous error, as the AWS SDKs
-//     do by default and DESIGN.md forbids.
+//     do by default and docs/design.md forbids.
 type client struct {
 	b       bucket.Bucket // the Mem view named after the incarnation
 	late    bucket.Bucket // an unfaulted view: the path a straggler travels

@@ -1,7 +1,7 @@
 // Package simulation holds deed's adversary: a seeded multi-node
 // simulation of owner.Node and replication.Log sharing one in-memory bucket
 // (fakes3.Mem), a history recorder, and checkers for the promises of
-// DESIGN.md. It is test-only: everything lives in _test.go files.
+// docs/design.md. It is test-only: everything lives in _test.go files.
 //
 // Each seed draws a schedule — client operations (append, read with and
 // without a barrier, claim, forced claim, release, snapshot, GC) and faults

@@ -18,7 +18,7 @@ var (
 	seedBase  = flag.Uint64("seedbase", 1, "first seed TestSimulation runs")
 	seedFlag  = flag.Int64("seed", -1, "run only this seed, and print its schedule and trace with -v")
 	watchdog  = flag.Duration("watchdog", time.Minute, "real time after which a run counts as hung")
-	// retriesFlag puts a client that retries conditional writes (as DESIGN.md
+	// retriesFlag puts a client that retries conditional writes (as docs/design.md
 	// forbids) under every node: the sound protocol must stay correct.
 	retriesFlag = flag.Int("clientretries", 0, "retries of conditional writes by every node's client (a broken client)")
 )

@@ -308,8 +308,8 @@ func (inc *incarnation) onFence(reason string) {
 // onClaim is owner.Hooks.Claim. It checks the liveness-safety invariant at
 // the moment a takeover of a dead owner's cell has applied: the node that
 // held the previous epoch must have fenced itself (or stopped) already —
-// DESIGN.md: a node "fences itself strictly before any observer may call
-// it dead".
+// docs/design.md, "Node liveness": a node has always fenced itself before any
+// observer may call it dead.
 func (inc *incarnation) onClaim(cell, result, reason string) {
 	inc.mu.Lock()
 	inc.reasons[cell] = reason

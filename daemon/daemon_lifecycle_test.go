@@ -11,10 +11,9 @@ import (
 	"github.com/deedkit/deed/owner"
 )
 
-// Found in review, fixed: a claim in flight while the node fences mints a lease that never
-// ends (owner.Node.mint does not check n.ferr). acquire registers
-// d.wg.Add(1) + AfterEnd(leaseEnded) for it, so daemon.Close waits in
-// d.wg.Wait() for ever: shutdown hangs.
+// A claim in flight while the node fences must not mint a lease that never
+// ends: acquire registers d.wg.Add(1) + AfterEnd(leaseEnded) for it, so
+// such a lease would make daemon.Close wait in d.wg.Wait() for ever.
 func TestDaemonCloseAfterAClaimRacedAFence(t *testing.T) {
 	// Real time: watchNode blocks on the cell's mutex, which synctest does
 	// not treat as durably blocking.
@@ -50,12 +49,12 @@ func TestDaemonCloseAfterAClaimRacedAFence(t *testing.T) {
 	}()
 }
 
-// Found in review, fixed: a release whose log Close fails (here: the seal PUT cannot land
-// before the request's context ends) leaves the log marked closing with a
-// sticky closeErr while the lease stays valid and the cell stays held.
-// Afterwards every append fails with DEED-E040 "log closed" (HTTP 400) and
-// every further release returns the first Close's error again: the cell is
-// wedged on this node until its lease ends some other way.
+// A release whose log Close fails (here: the seal PUT cannot land before
+// the request's context ends) must leave the cell releasable: the lease
+// stays valid and the cell held, appends are refused as "retry the
+// release" (503 DEED-E011), and a further release completes. A sticky
+// close error would wedge the cell on this node until its lease ended some
+// other way.
 func TestFailedReleaseCanBeRetried(t *testing.T) {
 	func() {
 		m := fakes3.NewMem()
