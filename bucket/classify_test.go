@@ -3,6 +3,8 @@ package bucket_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
@@ -20,7 +22,7 @@ func TestClassify(t *testing.T) {
 			case "timeout":
 				cause = context.DeadlineExceeded
 			case "connection refused":
-				cause = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+				cause = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 			}
 			err := bucket.Classify(col.Op, "k", col.Cond, row.Status, row.Code, cause)
 			want := row.Want[i]
@@ -81,6 +83,32 @@ func TestQuirksTable(t *testing.T) {
 		bucket.QuirkDeleteMissingOK, bucket.QuirkParentIsFile, bucket.QuirkObjectIsDirectory} {
 		if !seen[id] {
 			t.Errorf("quirk %q has no row", id)
+		}
+	}
+}
+
+// A conditional write that never left the machine (the name did not
+// resolve, the connection was refused) was not applied: it is a refusal
+// to retry, not an unknown outcome. Anything after the connection was
+// made stays ambiguous.
+func TestConditionalWriteNeverSentIsNotAmbiguous(t *testing.T) {
+	refused := fmt.Errorf("request send failed: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")})
+	noName := fmt.Errorf("request send failed: %w", &net.DNSError{Err: "no such host", Name: "store.invalid"})
+	reset := fmt.Errorf("request send failed: %w", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")})
+	for _, c := range []struct {
+		name  string
+		cause error
+		want  error
+	}{
+		{"connection refused", refused, bucket.ErrUnavailable},
+		{"name does not resolve", noName, bucket.ErrUnavailable},
+		{"reset after sending", reset, bucket.ErrAmbiguous},
+		{"timeout", context.DeadlineExceeded, bucket.ErrAmbiguous},
+	} {
+		for _, cond := range []bucket.Condition{bucket.IfAbsent, bucket.IfMatch(`"e"`)} {
+			if got := bucket.Classify("put", "k", cond, 0, "", c.cause); !errors.Is(got, c.want) {
+				t.Errorf("%s, %v: %v, want %v", c.name, cond, got.Kind, c.want)
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package bucket
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/deedkit/deed/errcode"
 )
@@ -137,10 +138,28 @@ func Classify(op, key string, cond Condition, status int, code string, cause err
 		e.Kind = ErrNotFound
 	case status == 403 || status == 401:
 		e.Kind = ErrAccessDenied
+	case write && cond.Conditional() && status == 0 && neverSent(cause):
+		// No connection was made, so the request never reached the store:
+		// nothing was applied, and saying "unknown" would be less than the
+		// truth.
+		e.Kind = ErrUnavailable
 	case write && cond.Conditional():
 		e.Kind = ErrAmbiguous
 	default:
 		e.Kind = ErrUnavailable
 	}
 	return e
+}
+
+// neverSent reports whether err says the request could not even be sent:
+// the name did not resolve, or the connection was refused or could not be
+// made. Anything later (a reset, a timeout after the request was written)
+// may have reached the store.
+func neverSent(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

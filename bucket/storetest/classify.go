@@ -47,8 +47,10 @@ var (
 
 // ClassRows is the classification table: the response (status 0 = none)
 // and the expected kind per column of ClassOps. The rule it pins down: a
-// conditional write that did not get a definite answer is ambiguous, never
-// "lost"; reads and unconditional writes are merely unavailable.
+// conditional write that reached the store (or may have) and did not get a
+// definite answer is ambiguous, never "lost"; one that could not even be
+// sent (no connection) was not applied; reads and unconditional writes are
+// merely unavailable.
 var ClassRows = []ClassRow{
 	{"412", 412, "PreconditionFailed", [8]error{eP, eP, eP, eP, eP, eP, eP, eP}},
 	{"409 ConditionalRequestConflict", 409, "ConditionalRequestConflict", [8]error{eC, eC, eC, eC, eC, eC, eC, eC}},
@@ -62,7 +64,8 @@ var ClassRows = []ClassRow{
 	{"500", 500, "InternalError", [8]error{eU, eU, eU, eU, eA, eA, eU, eA}},
 	{"503", 503, "SlowDown", [8]error{eU, eU, eU, eU, eA, eA, eU, eA}},
 	{"timeout", 0, "", [8]error{eU, eU, eU, eU, eA, eA, eU, eA}},
-	{"connection refused", 0, "", [8]error{eU, eU, eU, eU, eA, eA, eU, eA}},
+	// Refused before any byte was sent: nothing can have been applied.
+	{"connection refused", 0, "", [8]error{eU, eU, eU, eU, eU, eU, eU, eU}},
 }
 
 // Kinds is every kind of error the table names.
