@@ -146,6 +146,11 @@ func Open(ctx context.Context, loc bucket.Location, opts Options) (bucket.Bucket
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = awshttp.NewBuildableClient()
 	}
+	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok && opts.HTTPClient == nil {
+		// deed's own client (a caller's is left as it is): keep enough
+		// idle connections for the concurrent writes a daemon makes.
+		cfg.HTTPClient = bc.WithTransportOptions(poolConns)
+	}
 	cfg.HTTPClient = s3Sniffer{cfg.HTTPClient}
 	cfg.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 	cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
@@ -182,6 +187,26 @@ func Open(ctx context.Context, loc bucket.Location, opts Options) (bucket.Bucket
 		}
 	}
 	return bucket.WithPrefix(b, loc.Prefix), nil
+}
+
+// IdleConnsPerHost is how many idle connections to the store deed's own
+// HTTP client keeps for reuse (both its clients, reads and writes, share
+// one pool). The SDK's default keeps 10, and a daemon writes to many cells
+// at once (one PUT in flight per cell with a pending append): with 256
+// concurrent writers, most requests found no idle connection and opened a
+// new one, a TCP (and TLS) handshake each. Idle connections still close
+// after the SDK's idle timeout (90 s). The number of connections open at
+// once is not capped (MaxConnsPerHost stays 0): a cap would make writes
+// queue inside the transport, where their timeout would turn into an
+// unknown outcome for a request that was never sent.
+const IdleConnsPerHost = 1024
+
+// poolConns sets the idle-connection limits of deed's own transport.
+func poolConns(tr *http.Transport) {
+	tr.MaxIdleConnsPerHost = IdleConnsPerHost
+	if tr.MaxIdleConns != 0 && tr.MaxIdleConns < IdleConnsPerHost {
+		tr.MaxIdleConns = IdleConnsPerHost
+	}
 }
 
 // caBundleEnv names the file of PEM certificates AWS tools trust for HTTPS
