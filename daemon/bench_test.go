@@ -381,7 +381,7 @@ func (e *overheadEnv) put(b *testing.B, key string, body []byte) {
 // SDK's defaults (its standard retryer included, which never fires here),
 // path-style addressing, static credentials, and request checksums only
 // when required, as s3.Open sets them for S3-compatible stores.
-func rawClient(t testing.TB, endpoint string) *awss3.Client {
+func rawClient(t testing.TB, endpoint string, opts ...func(*awss3.Options)) *awss3.Client {
 	t.Helper()
 	cfg, err := awsconfig.LoadDefaultConfig(context.Background(),
 		awsconfig.WithRegion(s3.DefaultRegion), awsconfig.WithCredentialsProvider(s3test.Credentials()))
@@ -390,8 +390,8 @@ func rawClient(t testing.TB, endpoint string) *awss3.Client {
 	}
 	cfg.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 	cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
-	return awss3.NewFromConfig(cfg, func(o *awss3.Options) {
+	return awss3.NewFromConfig(cfg, append([]func(*awss3.Options){func(o *awss3.Options) {
 		o.BaseEndpoint = aws.String(endpoint)
 		o.UsePathStyle = true
-	})
+	}}, opts...)...)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/deedkit/deed/bucket"
@@ -28,18 +29,25 @@ import (
 //
 //   - raw: C workers each sending create-only PutObjects (If-None-Match: *)
 //     of 100-byte bodies to distinct keys, with the SDK's default HTTP
-//     client (which keeps 10 idle connections per host).
+//     client (which keeps 10 idle connections per host, so at C > 10 it
+//     opens new connections all the time).
+//   - raw-pooled: the same loop over an SDK client that keeps C idle
+//     connections: what a loop written with care gets.
 //   - api: C clients (daemon/client, over an HTTP client that keeps C idle
 //     connections to the daemon, so the loopback hop does not churn) each
 //     appending 100-byte records to the M cells in turn, after every cell
 //     was claimed by a first append.
 //
-// Both talk to one fakes3.Server (one store) through two listeners, so the
-// TCP connections each side opens are counted apart. api/raw is the ratio
-// of records/s (target ≥ 0.8); store-reuse% is the share of the daemon's
-// store requests that did not open a new connection (target ≥ 99);
-// raw-reuse% the same for the raw loop; store-req/rec the daemon's store
-// requests per record.
+// The sides run in interleaved rounds. The raw loops and the daemon talk to
+// one fakes3.Server (one store) through two listeners, so the TCP
+// connections each opens are counted apart. api/raw is the ratio of
+// records/s (target ≥ 0.8), api/raw-pooled the same against the pooled
+// loop; store-reuse% is the share of the daemon's store requests that did
+// not open a new connection (target ≥ 99); raw-reuse% the same for the raw
+// loop; store-req/rec the daemon's store requests per record; *-cpu-µs/rec
+// the CPU time of the whole process (store fake and clients included) per
+// record on each side, which a busy neighbour on the machine moves less
+// than records/s.
 //
 // Everything runs in one process: the store fake, the daemon, its API
 // clients and the raw loop share the machine's cores (2 on the machine the
@@ -111,6 +119,11 @@ func benchSpread(b *testing.B, c, m, recs int) {
 		b.Fatal(err)
 	}
 	raw := rawClient(b, rawSrv.URL)
+	pooled := rawClient(b, rawSrv.URL, func(o *awss3.Options) {
+		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = c
+		})
+	})
 	rec := bytes.Repeat([]byte("r"), 100)
 
 	// run calls op(worker, n) for n in [0, total) over c workers and returns
@@ -146,33 +159,62 @@ func benchSpread(b *testing.B, c, m, recs int) {
 	}
 	run(m, appendOne) // claims every cell
 
-	var tRaw, tAPI time.Duration
-	var storeConns, storeReqs, rawConns, rawReqs int64
-	key := 0
-	for i := 0; i < b.N; i++ {
-		c0, r0 := rawCount.snapshot()
-		base := key
-		tRaw += run(recs, func(n int) error {
-			k := fmt.Sprintf("raw/cells/%s/ltx/e1/%016x.ltx", cell(n), base+n+1)
-			_, err := raw.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bkt), Key: &k,
-				Body: bytes.NewReader(rec), ContentLength: aws.Int64(int64(len(rec))), IfNoneMatch: aws.String("*")})
-			return err
-		})
-		key += recs
-		c1, r1 := rawCount.snapshot()
-		rawConns, rawReqs = rawConns+c1-c0, rawReqs+r1-r0
-
-		c0, r0 = storeCount.snapshot()
-		tAPI += run(recs, appendOne)
-		c1, r1 = storeCount.snapshot()
-		storeConns, storeReqs = storeConns+c1-c0, storeReqs+r1-r0
+	// Each side runs in rounds, interleaved, so that a burst of load from
+	// outside the benchmark falls on all of them alike.
+	sides := []*spreadSide{
+		{name: "raw", count: &rawCount, op: rawPut(raw, bkt, "raw", rec, cell)},
+		{name: "raw-pooled", count: &rawCount, op: rawPut(pooled, bkt, "pooled", rec, cell)},
+		{name: "api", count: &storeCount, op: appendOne},
 	}
-	total := float64(recs * b.N)
-	rawRate, apiRate := total/tRaw.Seconds(), total/tAPI.Seconds()
-	b.ReportMetric(rawRate, "raw-rec/s")
-	b.ReportMetric(apiRate, "api-rec/s")
-	b.ReportMetric(apiRate/rawRate, "api/raw")
-	b.ReportMetric(reuse(storeConns, storeReqs), "store-reuse%")
-	b.ReportMetric(reuse(rawConns, rawReqs), "raw-reuse%")
-	b.ReportMetric(float64(storeReqs)/total, "store-req/rec")
+	const rounds = 5
+	for i := 0; i < b.N; i++ {
+		for range rounds {
+			for _, s := range sides {
+				c0, r0 := s.count.snapshot()
+				cpu0 := cpuTime()
+				s.wall += run(recs/rounds, s.op)
+				s.cpu += cpuTime() - cpu0
+				c1, r1 := s.count.snapshot()
+				s.conns, s.reqs = s.conns+c1-c0, s.reqs+r1-r0
+				s.recs += recs / rounds
+			}
+		}
+	}
+	rawS, pooledS, apiS := sides[0], sides[1], sides[2]
+	for _, s := range sides {
+		b.ReportMetric(s.rate(), s.name+"-rec/s")
+		if s.cpu > 0 {
+			b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.recs), s.name+"-cpu-µs/rec")
+		}
+	}
+	b.ReportMetric(apiS.rate()/rawS.rate(), "api/raw")
+	b.ReportMetric(apiS.rate()/pooledS.rate(), "api/raw-pooled")
+	b.ReportMetric(reuse(apiS.conns, apiS.reqs), "store-reuse%")
+	b.ReportMetric(reuse(rawS.conns, rawS.reqs), "raw-reuse%")
+	b.ReportMetric(float64(apiS.reqs)/float64(apiS.recs), "store-req/rec")
+}
+
+// spreadSide is one side of BenchmarkSpreadLoad and what it measured.
+type spreadSide struct {
+	name  string
+	count *connCounter
+	op    func(n int) error
+
+	wall, cpu   time.Duration
+	recs        int
+	conns, reqs int64
+}
+
+func (s *spreadSide) rate() float64 { return float64(s.recs) / s.wall.Seconds() }
+
+// rawPut returns a loop body sending create-only PutObjects of rec to keys
+// under prefix shaped like a cell's log slots, distinct for every call.
+func rawPut(c *awss3.Client, bkt, prefix string, rec []byte, cell func(int) string) func(int) error {
+	var seq atomic.Int64
+	return func(n int) error {
+		k := fmt.Sprintf("%s/cells/%s/ltx/e1/%016x.ltx", prefix, cell(n), seq.Add(1))
+		_, err := c.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bkt), Key: &k,
+			Body: bytes.NewReader(rec), ContentLength: aws.Int64(int64(len(rec))), IfNoneMatch: aws.String("*")})
+		return err
+	}
 }
