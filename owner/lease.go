@@ -23,14 +23,22 @@ type Lease struct {
 	etag  string // own.json's ETag as written by the claim
 	rel   releaser
 
-	once  sync.Once
-	mu    sync.Mutex
+	once sync.Once
+	mu   sync.Mutex
+	// done is made by the first Done call, not by the claim: a node holding
+	// many idle leases that nobody waits on keeps no channel for each.
 	done  chan struct{}
 	err   error
 	after []func() // registered by AfterEnd; started when the lease ends
 	// releasing counts this node's releases of the lease under way: the
 	// node's record watch ignores what it reads meanwhile.
-	releasing int
+	releasing int32
+	// minted is set by the claim that made the lease; a zero Lease is
+	// invalid.
+	minted bool
+	// ended is set once the lease has ended and its node forgot it: from
+	// then on Done is closed.
+	ended bool
 }
 
 // releaser writes the released record; implemented by *Node.
@@ -55,8 +63,16 @@ func (l *Lease) Token() string { return l.nonce }
 
 // Done is closed when the lease ends: released, superseded or node fenced.
 func (l *Lease) Done() <-chan struct{} {
-	if l == nil || l.done == nil {
+	if l == nil || !l.minted {
 		return closedChan
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return closedChan
+	}
+	if l.done == nil {
+		l.done = make(chan struct{})
 	}
 	return l.done
 }
@@ -67,7 +83,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // with DEED-E022 (released), DEED-E021 (superseded) or DEED-E025 (node
 // fenced). A zero or nil lease reports DEED-E023.
 func (l *Lease) Err() error {
-	if l == nil || l.done == nil {
+	if l == nil || !l.minted {
 		return errInvalidLease
 	}
 	l.mu.Lock()
@@ -89,7 +105,7 @@ func (l *Lease) Supersede(cause error) {
 
 // end records the first reason the lease ended and closes Done.
 func (l *Lease) end(err error) {
-	if l == nil || l.done == nil {
+	if l == nil || !l.minted {
 		return
 	}
 	l.once.Do(func() {
@@ -103,7 +119,13 @@ func (l *Lease) end(err error) {
 		if l.rel != nil {
 			l.rel.forget(l)
 		}
-		close(l.done)
+		l.mu.Lock()
+		l.ended = true
+		done := l.done
+		l.mu.Unlock()
+		if done != nil {
+			close(done)
+		}
 		for _, f := range after {
 			go f()
 		}
@@ -115,7 +137,7 @@ func (l *Lease) end(err error) {
 // context.AfterFunc. A holder of many leases learns of each end this way
 // without keeping a goroutine per lease blocked on Done.
 func (l *Lease) AfterEnd(f func()) {
-	if l != nil && l.done != nil {
+	if l != nil && l.minted {
 		l.mu.Lock()
 		if l.err == nil {
 			l.after = append(l.after, f)
