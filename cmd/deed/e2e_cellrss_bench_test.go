@@ -88,7 +88,9 @@ func idleCellsRSS(t *testing.T, n int) (rss0, rss1, heap0, heap1 int64) {
 	base := "http://" + addr
 	waitHTTP(t, base+"/readyz", 30*time.Second)
 	settle := func() (int64, int64) {
-		time.Sleep(2 * time.Second) // writers that went idle exit, the heap settles
+		// Writers that went idle exit; the daemon returns the burst's
+		// free memory to the OS within two trim intervals of going idle.
+		time.Sleep(2*trimEvery + time.Second)
 		return procRSS(t, p.cmd.Process.Pid), heapInUse(t, base)
 	}
 	rss0, heap0 = settle()

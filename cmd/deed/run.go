@@ -191,6 +191,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 		return err
 	}
 	h.Set(d.Handler())
+	trimCtx, stopTrim := context.WithCancel(ctx)
+	defer stopTrim()
+	startIdleTrim(trimCtx)
 	printRunBanner(cfg, rf, scheme+ln.Addr().String(), where)
 
 	var runErr error
