@@ -146,7 +146,7 @@ func (l *Log) Abandon() {
 		l.c.err = l.err
 		settle = true
 	}
-	cancel, stopped := l.w.cancel, l.w.stopped
+	cancel, stopped := l.writerLocked()
 	l.mu.Unlock()
 	if stopClose != nil {
 		stopClose()
@@ -168,7 +168,8 @@ func (l *Log) close(ctx context.Context) error {
 	// drained the queue and exited, none starts again.
 	l.mu.Lock()
 	l.c.stop = stopClose
-	stopped, cancel, abandoned, aerr := l.w.stopped, l.w.cancel, l.state == stateAbandoning, l.err
+	cancel, stopped := l.writerLocked()
+	abandoned, aerr := l.state == stateAbandoning, l.err
 	l.mu.Unlock()
 	if abandoned { // Abandon came between Close marking the log closing and here
 		return aerr

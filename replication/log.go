@@ -41,7 +41,7 @@ type Log struct {
 	next    TxID         // the next slot to write: every slot below it is durable
 	nextPos Pos          // the position of the first record at next
 	index   []indexEntry // (txid, first position) of files this log wrote
-	w       writer       // the writer goroutine and its queue (writer.go)
+	w       *writer      // the running writer goroutine and its queue (writer.go); nil while none runs
 	c       closer       // the Close attempts (lifecycle.go)
 }
 

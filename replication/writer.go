@@ -14,11 +14,10 @@ import (
 // under Log.mu. The goroutine runs only while there is something to
 // commit: Append starts it when it is not running, and it exits once the
 // queue has stayed empty for writerLinger, so an idle log holds no
-// goroutine. ctx, cancel, stopped and kick are set when it starts and
-// cleared when it stops.
+// goroutine. The whole writer (Log.w) is made when it starts and dropped
+// when it stops, so an idle log keeps none of it.
 type writer struct {
-	queue   []*pending         // never empty while no writer runs
-	running bool               // a writer goroutine is running
+	queue   []*pending         // appends waiting for the writer
 	ctx     context.Context    // the running writer's; cancelled by Close on timeout, and by Abandon
 	cancel  context.CancelFunc // cancels ctx
 	stopped chan struct{}      // closed when the running writer exits
@@ -51,12 +50,12 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		l.mu.Unlock()
 		return Result{}, errcode.Errorf(errcode.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
 	}
-	l.w.queue = append(l.w.queue, p)
-	if l.w.running {
-		l.kickLocked()
-	} else {
+	if l.w == nil {
 		l.startLocked()
+	} else {
+		l.kickLocked()
 	}
+	l.w.queue = append(l.w.queue, p)
 	l.mu.Unlock()
 	select {
 	case o := <-p.done:
@@ -65,7 +64,9 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 	}
 	l.mu.Lock()
 	if !p.taken {
-		for i, q := range l.w.queue {
+		// A writer that stopped (the log failed) settled its queue: p
+		// has its outcome and nothing is left to remove.
+		for i, q := range l.queueLocked() {
 			if q == p {
 				l.w.queue = append(l.w.queue[:i], l.w.queue[i+1:]...)
 				break
@@ -86,16 +87,32 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 // startLocked starts the writer goroutine; l.mu must be held. Its context
 // carries none of Open's or Append's values: it outlives both.
 func (l *Log) startLocked() {
-	l.w.running = true
-	l.w.ctx, l.w.cancel = context.WithCancel(context.Background())
-	l.w.stopped = make(chan struct{})
-	l.w.kick = make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	l.w = &writer{ctx: ctx, cancel: cancel, stopped: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go l.run()
+}
+
+// queueLocked is the appends waiting for the writer, none while no writer
+// runs; l.mu must be held.
+func (l *Log) queueLocked() []*pending {
+	if l.w == nil {
+		return nil
+	}
+	return l.w.queue
+}
+
+// writerLocked is the running writer's cancel func and stopped channel,
+// nil while none runs; l.mu must be held.
+func (l *Log) writerLocked() (context.CancelFunc, chan struct{}) {
+	if l.w == nil {
+		return nil, nil
+	}
+	return l.w.cancel, l.w.stopped
 }
 
 // kickLocked wakes the writer if it lingers; l.mu must be held.
 func (l *Log) kickLocked() {
-	if l.w.kick != nil {
+	if l.w != nil {
 		select {
 		case l.w.kick <- struct{}{}:
 		default:
@@ -107,8 +124,7 @@ func (l *Log) kickLocked() {
 func (l *Log) stopLocked() {
 	l.w.cancel()
 	close(l.w.stopped)
-	l.w.running, l.w.ctx, l.w.cancel, l.w.stopped, l.w.kick = false, nil, nil, nil, nil
-	l.w.queue = nil // drop the backing array: an idle log keeps nothing
+	l.w = nil // an idle log keeps no writer state
 }
 
 // writerLinger is how long a writer with nothing to commit waits for the
