@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -241,6 +242,10 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	d.mu.Lock()
 	c := d.cells[name]
 	if c == nil {
+		// The name the cell keeps (and its lease, log and the node's
+		// maps share) is a copy of its own: a request's name is a part
+		// of its path, which would otherwise stay alive with it.
+		name = strings.Clone(name)
 		c = &cell{name: name}
 		d.cells[name] = c
 	}
@@ -262,7 +267,7 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		d.dropIfEmpty(c)
 		return nil, err
 	}
-	l, err := n.Claim(ctx, name, owner.ClaimOptions{Force: force})
+	l, err := n.Claim(ctx, c.name, owner.ClaimOptions{Force: force})
 	if err != nil {
 		d.dropIfEmpty(c)
 		return nil, err

@@ -50,3 +50,4 @@ func TestLeaseDoneMadeOnDemand(t *testing.T) {
 		t.Fatalf("ended leases still listed as held: %v", held)
 	}
 }
+
