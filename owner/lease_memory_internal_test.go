@@ -50,4 +50,3 @@ func TestLeaseDoneMadeOnDemand(t *testing.T) {
 		t.Fatalf("ended leases still listed as held: %v", held)
 	}
 }
-
