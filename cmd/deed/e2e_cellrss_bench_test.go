@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,10 @@ import (
 	"github.com/deedkit/deed/fakes3"
 )
 
+// rssCells is BenchmarkE2EIdleCellRSS's N: on a loaded machine 50,000
+// appends through one daemon may take minutes.
+var rssCells = flag.Int("rss-cells", 50000, "cells BenchmarkE2EIdleCellRSS acquires (the slope starts at a tenth of it)")
+
 // BenchmarkE2EIdleCellRSS measures the memory the real `deed run` process
 // spends per held idle cell: a fresh daemon (built without -race, its
 // runtime's defaults: GOGC=100, no memory limit) against `deed fakes3` on
@@ -27,13 +32,13 @@ import (
 // record per cell, then goes idle. Its VmRSS is read from /proc before the
 // first append and after a settle time. Reported:
 //
-//   - RSS-B/cell: (RSS(N) − RSS(0)) / N at N = 50,000.
-//   - slope-B/cell: the growth from N = 5,000 to N = 50,000 over the 45,000
-//     cells between, each in its own process, so the fixed cost of the
+//   - RSS-B/cell: (RSS(N) − RSS(0)) / N at N = 50,000 (-rss-cells).
+//   - slope-B/cell: the growth from N/10 to N over the cells between, each
+//     in its own process, so the fixed cost of the
 //     first requests (connection buffers, TLS-free but still HTTP state,
 //     metric series) cancels out.
 //   - heap-B/cell: the growth of the Go heap in use (go_memstats_heap_inuse_bytes
-//     from its /metrics) over N at N = 50,000; RSS on top of it is garbage
+//     from its /metrics) over N; RSS on top of it is garbage
 //     not yet collected, memory not yet returned to the OS, and stacks.
 //
 // It needs /proc (Linux) and runs for about a minute; it is not part of
@@ -42,7 +47,8 @@ func BenchmarkE2EIdleCellRSS(b *testing.B) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		b.Skip("reads VmRSS from /proc: Linux only")
 	}
-	const small, large = 5000, 50000
+	large := *rssCells
+	small := large / 10
 	type sample struct{ rss0, rss, heap0, heap int64 }
 	got := map[int]sample{}
 	ok := testing.RunTests(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{
@@ -66,9 +72,9 @@ func BenchmarkE2EIdleCellRSS(b *testing.B) {
 		b.Fatal("idle cell runs failed (see above)")
 	}
 	l, s := got[large], got[small]
-	b.ReportMetric(float64(l.rss-l.rss0)/large, "RSS-B/cell")
-	b.ReportMetric(float64((l.rss-l.rss0)-(s.rss-s.rss0))/(large-small), "slope-B/cell")
-	b.ReportMetric(float64(l.heap-l.heap0)/large, "heap-B/cell")
+	b.ReportMetric(float64(l.rss-l.rss0)/float64(large), "RSS-B/cell")
+	b.ReportMetric(float64((l.rss-l.rss0)-(s.rss-s.rss0))/float64(large-small), "slope-B/cell")
+	b.ReportMetric(float64(l.heap-l.heap0)/float64(large), "heap-B/cell")
 }
 
 // idleCellsRSS starts a store and a daemon, reads the daemon's RSS and heap
