@@ -28,6 +28,8 @@ package bucket
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"strings"
 	"time"
 )
@@ -174,4 +176,28 @@ func ListAll(ctx context.Context, b Bucket, in ListInput) (ListPage, error) {
 		}
 		in.Token = page.NextToken
 	}
+}
+
+// ReadBody finishes a Get with limit max (see Bucket.Get) the same way for
+// every store: an announced size over max is refused before a byte of the
+// body is read (size < 0: the store announced none), otherwise at most
+// max+1 bytes are read. A body that does not arrive whole makes the Get
+// unavailable. obj carries the key and ETag, and is returned with them
+// when the object is too large.
+func ReadBody(obj Object, body io.Reader, size, max int64) (Object, error) {
+	if max > 0 && size > max {
+		return obj, TooLarge(obj.Key, size, max)
+	}
+	if max > 0 {
+		body = io.LimitReader(body, max+1)
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return Object{}, Classify("get", obj.Key, None, 0, "", fmt.Errorf("read body: %w", err))
+	}
+	if max > 0 && int64(len(b)) > max {
+		return obj, TooLarge(obj.Key, -1, max)
+	}
+	obj.Body = b
+	return obj, nil
 }

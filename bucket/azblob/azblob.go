@@ -18,7 +18,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -230,22 +229,11 @@ func (b *azBucket) Get(ctx context.Context, key string, max int64) (bucket.Objec
 	}
 	defer resp.Body.Close()
 	obj := bucket.Object{Key: key, ETag: etagOf(resp.ETag)}
-	if resp.ContentLength != nil && max > 0 && *resp.ContentLength > max {
-		return obj, bucket.TooLarge(key, *resp.ContentLength, max)
+	size := int64(-1)
+	if resp.ContentLength != nil {
+		size = *resp.ContentLength
 	}
-	var r io.Reader = resp.Body
-	if max > 0 {
-		r = io.LimitReader(resp.Body, max+1)
-	}
-	body, err := io.ReadAll(r)
-	if err != nil {
-		return bucket.Object{}, bucket.Classify("get", key, bucket.None, 0, "", fmt.Errorf("read body: %w", err))
-	}
-	if max > 0 && int64(len(body)) > max {
-		return obj, bucket.TooLarge(key, -1, max)
-	}
-	obj.Body = body
-	return obj, nil
+	return bucket.ReadBody(obj, resp.Body, size, max)
 }
 
 func (b *azBucket) Head(ctx context.Context, key string) (bucket.Info, error) {

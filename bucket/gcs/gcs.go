@@ -204,22 +204,7 @@ func (b *gcsBucket) Get(ctx context.Context, key string, max int64) (bucket.Obje
 	}
 	defer r.Close()
 	obj := bucket.Object{Key: key, ETag: etag(r.Attrs.Generation)}
-	if max > 0 && r.Attrs.Size > max {
-		return obj, bucket.TooLarge(key, r.Attrs.Size, max)
-	}
-	var rd io.Reader = r
-	if max > 0 {
-		rd = io.LimitReader(r, max+1)
-	}
-	body, err := io.ReadAll(rd)
-	if err != nil {
-		return bucket.Object{}, bucket.Classify("get", key, bucket.None, 0, "", fmt.Errorf("read body: %w", err))
-	}
-	if max > 0 && int64(len(body)) > max {
-		return obj, bucket.TooLarge(key, -1, max)
-	}
-	obj.Body = body
-	return obj, nil
+	return bucket.ReadBody(obj, r, r.Attrs.Size, max)
 }
 
 func (b *gcsBucket) Head(ctx context.Context, key string) (bucket.Info, error) {

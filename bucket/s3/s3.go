@@ -424,23 +424,11 @@ func (b *s3Bucket) Get(ctx context.Context, key string, max int64) (bucket.Objec
 	}
 	defer out.Body.Close()
 	obj := bucket.Object{Key: key, ETag: aws.ToString(out.ETag)}
-	if size := aws.ToInt64(out.ContentLength); max > 0 && size > max {
-		return obj, bucket.TooLarge(key, size, max)
+	size := int64(-1)
+	if out.ContentLength != nil {
+		size = *out.ContentLength
 	}
-	var r io.Reader = out.Body
-	if max > 0 {
-		r = io.LimitReader(out.Body, max+1)
-	}
-	body, err := io.ReadAll(r)
-	if err != nil {
-		// The status was 200 but the body did not arrive whole.
-		return bucket.Object{}, bucket.Classify("get", key, bucket.None, 0, "", fmt.Errorf("read body: %w", err))
-	}
-	if max > 0 && int64(len(body)) > max {
-		return obj, bucket.TooLarge(key, -1, max)
-	}
-	obj.Body = body
-	return obj, nil
+	return bucket.ReadBody(obj, out.Body, size, max)
 }
 
 func (b *s3Bucket) Head(ctx context.Context, key string) (bucket.Info, error) {
