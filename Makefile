@@ -58,8 +58,8 @@ build:
 # The default is a count, not a duration: Go 1.26's fuzz coordinator can
 # fail a target with a bare "context deadline exceeded" when a duration
 # runs out while a starved worker is mid-call (go.dev/issue/75804, fixed in
-# Go 1.27); a count has no deadline to race. 100,000 runs take about 10 s
-# on one idle core.
+# Go 1.27); a count has no deadline to race. 100,000 runs take 10-40 s
+# here, depending on the target and the load.
 FUZZTIME ?= 100000x
 test:
 	$(GO) test -race ./...
