@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -24,7 +25,7 @@ func TestDaemonRestartCountsDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Partition("old", true) // the earlier process is gone: no more renewals
-		var buf syncBuffer
+		var buf daemontest.SyncBuffer
 		log := slog.New(slog.NewTextHandler(&buf, nil))
 		start := time.Now()
 		d, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, m.Client("new"), log)

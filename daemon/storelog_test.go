@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -75,7 +76,7 @@ func (o *sdkOutage) List(ctx context.Context, in bucket.ListInput) (bucket.ListP
 // at debug.
 func TestDaemonLogsStoreOutageConcisely(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf syncBuffer
+		var buf daemontest.SyncBuffer
 		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		store := &sdkOutage{Bucket: fakes3.NewMem().Client("a")}
 		const ttl = 2 * time.Second

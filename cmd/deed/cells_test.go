@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3/s3test"
 	"github.com/deedkit/deed/owner"
@@ -70,7 +71,7 @@ func (e *cellEnv) record(t *testing.T, cell string) (owner.Record, bool) {
 // bgRun is a CLI invocation running in the background.
 type bgRun struct {
 	cancel      context.CancelFunc
-	out, errOut *syncBuffer
+	out, errOut *daemontest.SyncBuffer
 	done        chan int
 	once        sync.Once
 	res         result
@@ -79,7 +80,7 @@ type bgRun struct {
 func (e *cellEnv) start(t *testing.T, args ...string) *bgRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	r := &bgRun{cancel: cancel, out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan int, 1)}
+	r := &bgRun{cancel: cancel, out: &daemontest.SyncBuffer{}, errOut: &daemontest.SyncBuffer{}, done: make(chan int, 1)}
 	go func() {
 		r.done <- run(ctx, invocation{Args: args, Stdout: r.out, Stderr: r.errOut,
 			Getenv: func(k string) string { return e.env[k] }, Credentials: s3test.Credentials()})

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
@@ -66,7 +67,7 @@ func freeAddr(t *testing.T) string {
 // proc is a running deed process whose output is kept for failure reports.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *daemontest.SyncBuffer
 	done chan struct{}
 }
 
@@ -81,7 +82,7 @@ func startDeed(t *testing.T, env []string, args ...string) *proc {
 // name), and kills it at the end of the test.
 func startCmd(t *testing.T, cmd *exec.Cmd, name string) *proc {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &daemontest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/bucket/probe"
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
@@ -31,24 +31,6 @@ func TestMain(m *testing.M) {
 		os.Exit(runGuard(os.Stdin, os.Stderr))
 	}
 	s3test.Main(m)
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type result struct {
@@ -65,7 +47,7 @@ func deed(t *testing.T, ctx context.Context, env map[string]string, args ...stri
 // deedAs is deed with other S3 credentials (a `deed fakes3`'s own).
 func deedAs(t *testing.T, ctx context.Context, creds aws.CredentialsProvider, env map[string]string, args ...string) result {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut daemontest.SyncBuffer
 	status := run(ctx, invocation{
 		Args:        args,
 		Stdout:      &out,
@@ -295,7 +277,7 @@ func TestVersion(t *testing.T) {
 func startFake(t *testing.T, args ...string) (endpoint string, creds aws.CredentialsProvider, stop func() result) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	var out, errOut syncBuffer
+	var out, errOut daemontest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, invocation{
@@ -368,7 +350,7 @@ func TestFakes3IgnoreConditions(t *testing.T) {
 }
 
 func TestFakes3JSONBanner(t *testing.T) {
-	var out, errOut syncBuffer
+	var out, errOut daemontest.SyncBuffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
 	go func() {

@@ -8,9 +8,11 @@
 package daemontest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
@@ -67,4 +69,23 @@ func CheckAnswers(t testing.TB, b bucket.Bucket, cell string, answers []Answer) 
 			}
 		}
 	}
+}
+
+// SyncBuffer is a bytes.Buffer safe to read while a daemon logs to it or a
+// command writes to it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
