@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
@@ -34,6 +35,13 @@ type Config struct {
 	// Version is the build's version, reported by the deed_build_info
 	// series.
 	Version string
+	// FleetSecret authenticates requests between the daemons of one fleet
+	// (forwarded requests, handoffs). Empty turns the fleet off: the node
+	// serves only what it holds or claims, as a single daemon does.
+	FleetSecret string
+	// Weight is this node's placement share (0 means 1), advertised in its
+	// node lease.
+	Weight float64
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
@@ -50,6 +58,8 @@ type Daemon struct {
 	cells  map[string]*cell
 	closed bool
 
+	events eventRing // recent takeovers, fences, moves: the status page's
+
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -59,10 +69,13 @@ type Daemon struct {
 // serialises claiming and opening, so two requests for a free cell claim
 // it once.
 type cell struct {
-	name  string
-	mu    sync.Mutex
-	lease *owner.Lease
-	log   *replication.Log
+	name string
+	// lastUsed is the time (UnixNano) of the cell's last request here, read
+	// without c.mu by the idle sweep and the status page.
+	lastUsed atomic.Int64
+	mu       sync.Mutex
+	lease    *owner.Lease
+	log      *replication.Log
 	// releasing is set by a release that has begun; one that failed leaves
 	// it set, so appends are refused until a retried release completes
 	// (the log may already be closed).
@@ -117,7 +130,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 
 func (d *Daemon) newNode() (*owner.Node, error) {
 	return owner.NewNode(d.b, owner.Config{
-		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log,
+		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log, Weight: d.cfg.Weight,
 		// No record watch: it would cost one GET per held cell every
 		// TTL/3; the daemon's cells learn of a takeover on their next
 		// write, where the epoch fence refuses it (DEED-E021).
@@ -125,7 +138,10 @@ func (d *Daemon) newNode() (*owner.Node, error) {
 		Hooks: owner.Hooks{
 			Claim: func(_, result, reason string) { d.m.observeClaim(result, reason) },
 			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
-			Fence: func(reason string) { d.m.fences.WithLabelValues(reason).Inc() },
+			Fence: func(reason string) {
+				d.m.fences.WithLabelValues(reason).Inc()
+				d.events.add(Event{Kind: "fence", Node: d.cfg.Node, Detail: reason})
+			},
 			Wait: func(left time.Duration) {
 				d.log.Info("waiting out this node's earlier incarnation before acting", "left", left.Round(time.Second))
 			},
@@ -250,6 +266,7 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		d.cells[name] = c
 	}
 	d.mu.Unlock()
+	c.lastUsed.Store(time.Now().UnixNano())
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -167,6 +167,12 @@ type Observation struct {
 	// valid node lease (too large, not JSON, or with fields no node
 	// writes); such a lease is judged by its ETag alone.
 	Corrupt string
+	// Weight (placement share, ≥ 1 when unset), Draining and Cells are
+	// what the lease advertises; see NodeRecord. They never judge
+	// liveness.
+	Weight   float64
+	Draining bool
+	Cells    int
 	// after is the send time of the last read that showed the version
 	// before this one (zero when unknown): this version was written after
 	// it. It only schedules reads (Observer.watchPlan), never judges.

@@ -44,6 +44,10 @@ type Config struct {
 	// GET per held cell and interval. A node that is never opened does not
 	// watch: it counts as dead to everyone, so any claim takes its cells.
 	WatchInterval time.Duration
+	// Weight is the node's placement share, advertised in its lease
+	// (0 means 1; at most MaxWeight). Placement is the daemon's; the
+	// owner package only carries it.
+	Weight float64
 	// Hooks lets tests and metrics observe lifecycle events. Optional.
 	Hooks Hooks
 	// WallClock stamps at_ms in the ownership records and node leases this
@@ -88,15 +92,16 @@ type Node struct {
 	incarnation string
 	obs         *Observer
 
-	mu     sync.Mutex
-	held   map[string]*Lease
-	hints  hintTable // cells not held, for a claim's first write (claimFirst)
-	opened bool
-	closed bool
-	fenced chan struct{} // closed when the node fences or closes
-	ferr   error
-	etag   string // the node lease's current ETag
-	seq    uint64
+	mu       sync.Mutex
+	held     map[string]*Lease
+	hints    hintTable // cells not held, for a claim's first write (claimFirst)
+	opened   bool
+	closed   bool
+	draining bool
+	fenced   chan struct{} // closed when the node fences or closes
+	ferr     error
+	etag     string // the node lease's current ETag
+	seq      uint64
 	// lastSend is the send time of the last node-lease write that
 	// succeeded (acquire or renewal): the fence deadline counts from it.
 	lastSend time.Time
@@ -120,6 +125,9 @@ func NewNode(b bucket.Bucket, cfg Config) (*Node, error) {
 	}
 	if len(cfg.Addr) > MaxAddrLen {
 		return nil, errcode.Errorf(errcode.CodeBadRequest, "node %s: address of %d bytes, limit %d", cfg.Name, len(cfg.Addr), MaxAddrLen)
+	}
+	if cfg.Weight < 0 || cfg.Weight > MaxWeight || cfg.Weight != cfg.Weight {
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "node %s: weight %v outside 0..%d", cfg.Name, cfg.Weight, MaxWeight)
 	}
 	if cfg.ClaimAttempts <= 0 {
 		cfg.ClaimAttempts = 8
@@ -325,7 +333,23 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 // nodeRecord builds the lease body; n.mu must be held.
 func (n *Node) nodeRecord(released bool) NodeRecord {
 	return NodeRecord{Node: n.cfg.Name, Incarnation: n.incarnation, Addr: n.cfg.Addr,
-		TTLMS: n.cfg.TTL.Milliseconds(), Seq: n.seq, AtMS: n.cfg.WallClock().UnixMilli(), Released: released}
+		TTLMS: n.cfg.TTL.Milliseconds(), Seq: n.seq, AtMS: n.cfg.WallClock().UnixMilli(), Released: released,
+		Weight: n.cfg.Weight, Draining: n.draining, Cells: len(n.held)}
+}
+
+// SetDraining marks the node as draining (or not) in its lease from the next
+// renewal on, so peers leave it out of placement; it writes nothing now.
+func (n *Node) SetDraining(on bool) {
+	n.mu.Lock()
+	n.draining = on
+	n.mu.Unlock()
+}
+
+// Draining reports what SetDraining last set.
+func (n *Node) Draining() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.draining
 }
 
 // loop renews the node lease every TTL/3, refreshes peer observations, and
@@ -440,8 +464,12 @@ func (n *Node) observeSelf() {
 	n.mu.Lock()
 	etag := n.etag
 	n.mu.Unlock()
+	n.mu.Lock()
+	draining, cells := n.draining, len(n.held)
+	n.mu.Unlock()
 	n.obs.record(Observation{Node: n.cfg.Name, Exists: true, ETag: etag, Addr: n.cfg.Addr,
-		Incarnation: n.incarnation, TTL: n.cfg.TTL}, time.Now(), time.Now())
+		Incarnation: n.incarnation, TTL: n.cfg.TTL, Weight: NodeRecord{Weight: n.cfg.Weight}.EffectiveWeight(),
+		Draining: draining, Cells: cells}, time.Now(), time.Now())
 }
 
 // nextLeaseVersion bumps the sequence number and returns the next node-lease

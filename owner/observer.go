@@ -126,6 +126,7 @@ func (o *Observer) fetch(ctx context.Context, node string) error {
 	if perr == nil {
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
 		ob.TTL = rec.TTL()
+		ob.Weight, ob.Draining, ob.Cells = rec.EffectiveWeight(), rec.Draining, rec.Cells
 		if brokenWallClockDeath {
 			noteAtMS(ob, rec.AtMS)
 		}
@@ -313,6 +314,11 @@ type NodeView struct {
 	// Corrupt is the DEED-E030 error of a lease that is not a valid node
 	// lease (see Observation.Corrupt); "" for a valid one.
 	Corrupt string `json:"corrupt,omitempty"`
+	// Weight, Draining and Cells are what the node's lease advertises
+	// (see NodeRecord); Cells is the count at its last renewal.
+	Weight   float64 `json:"weight,omitempty"`
+	Draining bool    `json:"draining,omitempty"`
+	Cells    int     `json:"cells"`
 }
 
 // View judges every observed node at now.
@@ -330,7 +336,8 @@ func (o *Observer) View() []NodeView {
 
 func (o *Observer) view(ob Observation, now time.Time) NodeView {
 	return NodeView{Node: ob.Node, Addr: ob.Addr, Alive: Alive(ob, now, o.p), Released: ob.Released,
-		Exists: ob.Exists, Unchanged: now.Sub(ob.FirstSeen), Corrupt: ob.Corrupt}
+		Exists: ob.Exists, Unchanged: now.Sub(ob.FirstSeen), Corrupt: ob.Corrupt,
+		Weight: ob.Weight, Draining: ob.Draining, Cells: ob.Cells}
 }
 
 // Alive judges one node from this observer's history (false if never seen).

@@ -95,7 +95,20 @@ type NodeRecord struct {
 	Seq         uint64 `json:"seq"`
 	AtMS        int64  `json:"at_ms"`
 	Released    bool   `json:"released,omitempty"`
+	// Weight is the node's share of placement (rendezvous hashing): a node
+	// of weight 2 is preferred for about twice the cells of one of weight
+	// 1. Absent or 0 means 1.
+	Weight float64 `json:"weight,omitempty"`
+	// Draining says the node hands its cells off and takes no new ones:
+	// peers leave it out of placement.
+	Draining bool `json:"draining,omitempty"`
+	// Cells is how many cells the node held when it wrote this version;
+	// it is for people and placement views, never for liveness.
+	Cells int `json:"cells"`
 }
+
+// MaxWeight bounds a node's placement weight.
+const MaxWeight = 1000
 
 // parseNodeRecord decodes the node lease of node read from key. A body that
 // is not JSON, names another node, has no incarnation, or advertises a TTL
@@ -116,8 +129,20 @@ func parseNodeRecord(key, node string, body []byte) (NodeRecord, error) {
 		return NodeRecord{}, corrupt("no incarnation")
 	case r.TTLMS < MinTTL.Milliseconds() || r.TTLMS > MaxTTL.Milliseconds():
 		return NodeRecord{}, corrupt("ttl_ms %d outside %v..%v", r.TTLMS, MinTTL, MaxTTL)
+	case r.Weight < 0 || r.Weight > MaxWeight:
+		return NodeRecord{}, corrupt("weight %v outside 0..%d", r.Weight, MaxWeight)
+	case r.Cells < 0:
+		return NodeRecord{}, corrupt("cells %d is negative", r.Cells)
 	}
 	return r, nil
+}
+
+// EffectiveWeight is the placement weight: Weight, or 1 when it is absent.
+func (r NodeRecord) EffectiveWeight() float64 {
+	if r.Weight == 0 {
+		return 1
+	}
+	return r.Weight
 }
 
 // TTL is the TTL the lease advertises; parseNodeRecord has checked its range.
