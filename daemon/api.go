@@ -222,14 +222,26 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "empty append: a record must have at least one byte"))
 		return
 	}
-	c, err := d.acquire(r.Context(), r.PathValue("cell"), false)
-	if err != nil {
-		err = appendNotSent(err)
-		d.m.appends.WithLabelValues(resultOf(err)).Inc()
-		writeError(w, err)
-		return
+	var (
+		c   *holding
+		res replication.Result
+	)
+	// A cell retired under the append (released, moved, idle) refused it
+	// unwritten: it is tried again on the cell as it is now, a bounded
+	// number of times.
+	for range maxRetiredRetries {
+		c, err = d.acquire(r.Context(), r.PathValue("cell"), false)
+		if err != nil {
+			err = appendNotSent(err)
+			d.m.appends.WithLabelValues(resultOf(err)).Inc()
+			writeError(w, err)
+			return
+		}
+		res, err = c.log.Append(r.Context(), c.lease, body)
+		if !c.retiredUnder(err) {
+			break
+		}
 	}
-	res, err := c.log.Append(r.Context(), c.lease, body)
 	err = closedUnder(c, err)
 	d.m.appends.WithLabelValues(resultOf(err)).Inc()
 	if err != nil {
@@ -282,6 +294,11 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	}
 	writeJSONStatus(w, http.StatusOK, client.ReadResult{Cell: name, Records: out, NextAfter: next})
 }
+
+// maxRetiredRetries bounds how often one request is retried because the
+// cell was retired under it; each retry waits for a retire to finish, so
+// only a cell retired again and again runs out.
+const maxRetiredRetries = 4
 
 // appendNotSent is the answer of an append that failed before its record
 // was sent: the claim that had to come first failed. A claim of unknown

@@ -80,6 +80,9 @@ type cell struct {
 	// it set, so appends are refused until a retried release completes
 	// (the log may already be closed).
 	releasing bool
+	// retired is the last lease that retire released here: requests that
+	// were using it retry (see holding.retiredUnder).
+	retired *owner.Lease
 }
 
 // holding is a cell's lease and log as they were at one moment, copied
@@ -89,10 +92,27 @@ type holding struct {
 	name  string
 	lease *owner.Lease
 	log   *replication.Log
+	c     *cell
 }
 
 // holding copies c's lease and log; c.mu must be held.
-func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease, log: c.log} }
+func (c *cell) holding() *holding { return &holding{name: c.name, lease: c.lease, log: c.log, c: c} }
+
+// retiredUnder reports whether err is a log closed (or lease released) under a request by a
+// retire of this very lease (a release, a move, an idle release) that has
+// since completed: nothing of the request was written, and the request is
+// to be routed again (the cell is free, or someone else's now), not
+// refused.
+func (h *holding) retiredUnder(err error) bool {
+	// The append may have met the closing log, or the lease the retire
+	// released after it: either refuses before writing anything.
+	if !errors.Is(err, replication.ErrClosed) && errcode.CodeOf(err) != errcode.CodeReleased {
+		return false
+	}
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	return h.c.retired == h.lease
+}
 
 // Open opens the node lease on b and starts watching for a fence; zero
 // API limits take their defaults (DefaultMaxBody, DefaultMaxLimit). It
@@ -255,20 +275,33 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	if err := owner.ValidateName("cell", name); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	c := d.cells[name]
-	if c == nil {
-		// The name the cell keeps (and its lease, log and the node's
-		// maps share) is a copy of its own: a request's name is a part
-		// of its path, which would otherwise stay alive with it.
-		name = strings.Clone(name)
-		c = &cell{name: name}
-		d.cells[name] = c
+	var c *cell
+	for {
+		d.mu.Lock()
+		c = d.cells[name]
+		if c == nil {
+			// The name the cell keeps (and its lease, log and the node's
+			// maps share) is a copy of its own: a request's name is a part
+			// of its path, which would otherwise stay alive with it.
+			name = strings.Clone(name)
+			c = &cell{name: name}
+			d.cells[name] = c
+		}
+		d.mu.Unlock()
+		c.lastUsed.Store(time.Now().UnixNano())
+		c.mu.Lock()
+		// A request that waited on a cell while it was released or
+		// retired may find the entry gone from the map: it starts over
+		// on the current one, so that no lease is ever claimed into an
+		// entry nobody can find.
+		d.mu.Lock()
+		current := d.cells[name] == c
+		d.mu.Unlock()
+		if current {
+			break
+		}
+		c.mu.Unlock()
 	}
-	d.mu.Unlock()
-	c.lastUsed.Store(time.Now().UnixNano())
-
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lease != nil && c.lease.Err() == nil {
 		switch {
@@ -401,6 +434,18 @@ func (d *Daemon) sealDropped(lg *replication.Log) {
 // release seals the cell's log and releases its record, so a peer can
 // claim it at once and start without walking the chain.
 func (d *Daemon) release(ctx context.Context, name string) (owner.Record, error) {
+	return d.retire(ctx, name, "release")
+}
+
+// retire is every graceful end of a cell held here (an operator's release,
+// a move, an idle release, a drain; reason says which, for logs): requests
+// for the cell wait on its lock meanwhile, appends already queued are
+// written, the log is sealed, then the record is released. A request whose
+// append met the closing log is retried by its handler (retiredUnder), so
+// a retire never turns into a refusal for a client. DEED-E024 when the cell
+// is not held here. If sealing or releasing fails, appends stay refused
+// (DEED-E011) until a retried retire succeeds.
+func (d *Daemon) retire(ctx context.Context, name, reason string) (owner.Record, error) {
 	if err := owner.ValidateName("cell", name); err != nil {
 		return owner.Record{}, err
 	}
@@ -429,6 +474,8 @@ func (d *Daemon) release(ctx context.Context, name string) (owner.Record, error)
 		return owner.Record{}, err
 	}
 	d.m.releases.WithLabelValues("ok").Inc()
+	c.retired = l
+	d.log.Debug("cell retired", "cell", name, "epoch", l.Epoch(), "reason", reason)
 	return owner.Record{Node: "", Epoch: l.Epoch()}, nil
 }
 
