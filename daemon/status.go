@@ -107,9 +107,12 @@ func isTakeover(result, reason string) bool {
 	return result == "ok" && (reason == "owner-dead" || reason == "forced")
 }
 
-// statusCSP lets the page load nothing at all: no script, no image, no
-// font, no request to another origin; its only style is inline.
-const statusCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+// statusCSP lets the page load nothing at all: no script, no font, no
+// request to another origin, nor to this one; its only style is inline, and
+// its only image the empty data: icon, which keeps a browser from asking
+// for /favicon.ico (a request the policy would refuse, with an error in
+// the console).
+const statusCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // serveStatusPage answers GET / with the status page: server-rendered HTML,
 // no script, no outside resource.
@@ -215,6 +218,7 @@ const statusHTML = `<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>deed · {{.Node}}</title>
+<link rel="icon" href="data:,">
 <style>
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fff}
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}
@@ -238,9 +242,9 @@ code{font-size:.95em}
 <h2>Nodes ({{alive .Nodes}} alive of {{len .Nodes}})</h2>
 {{if .Nodes}}
 <table id="nodes">
-<thead><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>cells</th></tr></thead>
+<thead><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>cells held</th></tr></thead>
 <tbody>
-{{range .Nodes}}<tr{{if eq .Node $.Node}} class="self"{{end}}>
+{{range .Nodes}}<tr id="node-{{.Node}}"{{if eq .Node $.Node}} class="self"{{end}}>
 <td><code>{{.Node}}</code></td>
 <td>{{with webURL .Addr}}<a href="{{.}}">{{.}}</a>{{else}}{{.Addr}}{{end}}</td>
 <td class="{{if .Alive}}ok{{else}}bad{{end}}">{{state .}}{{with .Corrupt}}: {{.}}{{end}}</td>
@@ -249,6 +253,7 @@ code{font-size:.95em}
 </tr>
 {{end}}</tbody>
 </table>
+<p class="meta">Cells held: as of the node's last lease renewal (every third of its TTL).</p>
 {{else}}<p>No node leases seen{{if not .Ready}} (this node is fenced){{end}}.</p>{{end}}
 
 <h2>Cells held here ({{.CellsHeld}})</h2>
