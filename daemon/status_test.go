@@ -336,3 +336,17 @@ func TestAgo(t *testing.T) {
 		t.Errorf("ago(zero) = %q", got)
 	}
 }
+
+// A fenced node (no node lease, so no view of the others) still renders
+// its page, and says why it shows no nodes.
+func TestStatusPageOfAFencedNode(t *testing.T) {
+	var b strings.Builder
+	if err := statusTemplate.Execute(&b, Status{Node: "a", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"not ready", "No node leases seen (this node is fenced)", "Cells held here (0)", "None since this node started"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("page lacks %q:\n%s", want, b.String())
+		}
+	}
+}
