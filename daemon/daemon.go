@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,10 @@ type Config struct {
 	// Weight is this node's placement share (0 means 1), advertised in its
 	// node lease.
 	Weight float64
+	// PeerClient sends the requests forwarded to peers (nil: NewPeerClient(nil),
+	// which trusts the system's roots); give one that trusts the fleet's CA
+	// when the peers serve HTTPS under a private one.
+	PeerClient *http.Client
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
