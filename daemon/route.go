@@ -206,19 +206,21 @@ func holderOf(err error) (member, bool) {
 }
 
 // readRecords reads a cell's records for readCell. A cell held here is read
-// from its log, again if a retire (release, move) closed the log under the
-// read. A plain read of a cell not held here is served from the bucket by
-// this node: the same committed records the owner would return, at no hop,
-// and even while the owner is unreachable. A barrier read must run on the
-// holder, so, with a fleet, it is routed as an append is (the holder, or
-// the preferred node, which claims a free cell) — as linearizable through
-// any node as on the owner; without one it is DEED-E024 as before. done
-// says the answer was already written (forwarded).
+// from its log, and read again where the cell is now if a retire (release,
+// move) closed the log under the read (with a fleet, or without a
+// barrier). A plain read of a cell not held here is served from the bucket
+// by this node: the same committed records the owner would return, at no
+// hop, and even while the owner is unreachable. A barrier read must run on
+// the holder, so, with a fleet, it is routed as an append is (to the
+// holder, or to the preferred node, which claims a free cell): as
+// linearizable through any node as on the owner. Without a fleet it is
+// DEED-E024 as before. done says the answer was already written
+// (forwarded).
 func (d *Daemon) readRecords(w http.ResponseWriter, r *http.Request, name string, after replication.Pos, limit int, barrier bool) (recs []replication.Record, done bool, err error) {
-	ctx := r.Context()
+	ctx, fleet := r.Context(), d.cfg.FleetSecret != ""
 	for range maxRetiredRetries {
 		c := d.held(name)
-		if c == nil && barrier && d.cfg.FleetSecret != "" {
+		if c == nil && barrier && fleet {
 			if d.route(w, r, nil) {
 				return nil, true, nil
 			}
@@ -232,7 +234,10 @@ func (d *Daemon) readRecords(w http.ResponseWriter, r *http.Request, name string
 		switch {
 		case c != nil:
 			recs, err = c.log.Read(ctx, after, limit, barrier)
-			if c.retiredUnder(err) {
+			// Read again where the cell is now; but a barrier read without
+			// a fleet could only be refused by this node (DEED-E024), so it
+			// answers "retry" (DEED-E011) as before.
+			if (fleet || !barrier) && c.retiredUnder(err) {
 				continue
 			}
 			return recs, false, closedUnder(c, err)
