@@ -65,6 +65,8 @@ type Daemon struct {
 
 	events eventRing // recent takeovers, fences, moves: the status page's
 
+	hints holderHints // which peer served a cell lately, for routing
+
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

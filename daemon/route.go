@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +100,8 @@ type routeIn struct {
 	Self         string // this node
 	Preferred    member // rendezvous choice over the live members
 	HasPreferred bool   // false while the view has no member (fenced, starting)
+	// Hint is the live peer that served the cell lately (holderHints).
+	Hint member
 	// Holder is the live node a claim here was refused for (DEED-E020),
 	// or the node a cell was handed to; empty before anything was tried.
 	Holder member
@@ -115,8 +119,10 @@ type routeVerdict struct {
 // without a fleet, and any request a peer forwarded are served here — a
 // forwarded request is never sent back, even when the views of the two
 // nodes disagree for a moment about where the cell belongs. A client's
-// request goes to the preferred node, unless that is this node (or there
-// is no view yet), which serves it, claiming the cell if it is free.
+// request goes to the live peer that served the cell lately, if any (so
+// that a cell held away from its preferred node does not cost a refused
+// claim per request), else to the preferred node, unless that is this node
+// (or there is no view yet), which serves it, claiming the cell if free.
 //
 // After the claim here was refused because a live node holds the cell (or
 // the cell was just handed to one): one more hop to that holder, unless it
@@ -125,7 +131,13 @@ type routeVerdict struct {
 // is the answer.
 func decideRoute(in routeIn) routeVerdict {
 	if in.Holder.Name == "" {
-		if !in.Fleet || in.Held || in.Hops > 0 || !in.HasPreferred ||
+		if !in.Fleet || in.Held || in.Hops > 0 {
+			return routeVerdict{Action: routeServe}
+		}
+		if in.Hint.Name != "" && in.Hint.Name != in.Self && in.Hint.Addr != "" {
+			return routeVerdict{Action: routeForward, To: in.Hint}
+		}
+		if !in.HasPreferred ||
 			in.Preferred.Name == in.Self || in.Preferred.Addr == "" {
 			return routeVerdict{Action: routeServe}
 		}
@@ -148,7 +160,16 @@ func (d *Daemon) routeInput(r *http.Request, name string) routeIn {
 		return in
 	}
 	if in.Held = d.held(name) != nil; !in.Held && in.Hops == 0 {
-		in.Preferred, in.HasPreferred = preferred(name, d.members())
+		members := d.members()
+		in.Preferred, in.HasPreferred = preferred(name, members)
+		if h, ok := d.hints.get(name, time.Now()); ok {
+			// Only a live member is worth a hop; its address from the view.
+			for _, m := range members {
+				if m.Name == h {
+					in.Hint = m
+				}
+			}
+		}
 	}
 	return in
 }
@@ -187,6 +208,50 @@ func (d *Daemon) reroute(w http.ResponseWriter, r *http.Request, body []byte, er
 	}
 	d.forward(w, r, v.To, body)
 	return true
+}
+
+// holderHints remembers, per cell, the peer that served this node's last
+// forward of it, for at most one TTL, so that a cell held by a node that
+// is not its preferred one is not claimed here (one refused claim, a store
+// read) for every request routed through this node. A hint is only a
+// first guess: the hinted node routes a request for a cell it no longer
+// holds like any other (one more hop at most), and a hint is dropped when
+// its node could not be reached. Bounded: at maxHints, it starts afresh.
+type holderHints struct {
+	mu sync.Mutex
+	m  map[string]holderHint
+}
+
+type holderHint struct {
+	node  string
+	until time.Time
+}
+
+const maxHints = 1 << 16
+
+func (h *holderHints) get(cell string, now time.Time) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.m[cell]
+	if !ok || now.After(e.until) {
+		return "", false
+	}
+	return e.node, true
+}
+
+func (h *holderHints) set(cell, node string, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= maxHints {
+		h.m = map[string]holderHint{}
+	}
+	h.m[strings.Clone(cell)] = holderHint{node: node, until: until}
+}
+
+func (h *holderHints) drop(cell string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, cell)
 }
 
 // holderOf is the node err says serves the cell instead of this one: the
@@ -337,6 +402,9 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		return
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()
+	if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
+		d.hints.set(r.PathValue("cell"), served, time.Now().Add(d.cfg.TTL))
+	}
 	h := w.Header()
 	for k, vs := range resp.Header {
 		switch k {
@@ -354,6 +422,7 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 // request reached the peer whole (it may have been acted on).
 func (d *Daemon) forwardFailed(w http.ResponseWriter, r *http.Request, to member, write, sent bool, err error) {
 	cell := r.PathValue("cell")
+	d.hints.drop(cell)
 	if sent && write {
 		d.m.forwards.WithLabelValues("lost").Inc()
 		writeError(w, errcode.Errorf(errcode.CodeAmbiguous, "cell %s: forwarded to node %s at %s, whose answer was lost: outcome unknown, read before retrying: %w", cell, to.Name, to.Addr, err))

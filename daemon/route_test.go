@@ -40,6 +40,10 @@ func TestDecideRoute(t *testing.T) {
 		{"no view yet", routeIn{Fleet: true, Self: "a"}, serve},
 		{"preferred without address", routeIn{Fleet: true, Self: "a", Preferred: member{Name: "b"}, HasPreferred: true}, serve},
 		{"from a peer: served here whatever this node thinks", routeIn{Fleet: true, Hops: 1, From: "c", Self: "a", Preferred: b, HasPreferred: true}, serve},
+		{"hinted holder first", routeIn{Fleet: true, Self: "a", Preferred: a, HasPreferred: true, Hint: c}, to(c)},
+		{"hint never to self", routeIn{Fleet: true, Self: "a", Preferred: b, HasPreferred: true, Hint: a}, to(b)},
+		{"hint is no reason to forward a peer's request", routeIn{Fleet: true, Hops: 1, From: "b", Self: "a", Hint: c}, serve},
+		{"held here, whatever the hint", routeIn{Fleet: true, Held: true, Self: "a", Hint: c}, serve},
 		// After the claim here was refused for a live holder.
 		{"client, holder elsewhere", routeIn{Fleet: true, Self: "a", Holder: b}, to(b)},
 		{"peer, holder a third node: one more hop", routeIn{Fleet: true, Hops: 1, From: "c", Self: "a", Holder: b}, to(b)},
@@ -376,5 +380,33 @@ func TestHolderOf(t *testing.T) {
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("holderOf(%v) = %+v %v, want %+v %v", tc.err, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// A cell held by a node that is not its preferred one costs the node a
+// client asks one refused claim, not one per request: the node that
+// served it is remembered (for a TTL) and asked directly.
+func TestHolderHintSparesRefusedClaims(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	b := startFleetNode(t, m.Client("b"), "b", testSecret, "", APIConfig{})
+	if err := a.d.node.Observer().Refresh(t.Context()); err != nil || len(a.d.members()) != 2 {
+		t.Fatalf("a sees %v (%v)", a.d.members(), err)
+	}
+	cell := ""
+	for i := 0; cell == ""; i++ {
+		if p, _ := preferred(fmt.Sprint("c", i), a.d.members()); p.Name == "a" {
+			cell = fmt.Sprint("c", i)
+		}
+	}
+	hold(t, b, cell, "one") // held by b, though a is its preferred node
+	for i := range 5 {
+		got := send(t, "POST", a.srv.URL+"/v1/cells/"+cell+"/append", "more")
+		if got.status != 200 || got.hdr.Get(HeaderNode) != "b" {
+			t.Fatalf("append %d through a: %+v", i, got)
+		}
+	}
+	if v := metricValue(t, a.d, `deed_claims_total{reason="owner-alive",result="held"}`); v != "1" {
+		t.Fatalf("a tried %s claims of the cell b holds, want 1", v)
 	}
 }
