@@ -398,7 +398,7 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		// Only the peer's guard answers 401, before any handler: nothing
 		// ran there. The client's credentials were fine; the fleet's are not.
 		d.m.forwards.WithLabelValues("refused").Inc()
-		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's fleet secret (do the nodes share one?); not applied", r.PathValue("cell"), to.Name, to.Addr))
+		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401: its fleet secret differs, or it has none yet); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
 		return
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()

@@ -72,6 +72,9 @@ func TestE2EFleetRouting(t *testing.T) {
 	if st, out := c.cli(t, "run", "--node", "n0", "--listen", freeAddr(t), "--fleet-secret-file", short); st != 2 || !strings.Contains(out, string(errcode.CodeBadRequest)) {
 		t.Fatalf("run with a short fleet secret: exit %d: %s", st, out)
 	}
+	if st, out := c.cli(t, "run", "--node", "n0", "--listen", freeAddr(t), "--weight", "0"); st != 2 || !strings.Contains(out, string(errcode.CodeBadRequest)) {
+		t.Fatalf("run with --weight 0: exit %d: %s", st, out)
+	}
 
 	const ttl = 2 * time.Second
 	names := []string{"n1", "n2", "n3"}
