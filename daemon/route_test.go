@@ -98,8 +98,8 @@ type answer struct {
 
 func (a answer) code() string { s, _ := a.body["code"].(string); return s }
 
-// send sends one request to url and decodes the answer; hdr are header
-// name/value pairs.
+// send sends one request to url and decodes its JSON answer (else the
+// body is {"raw": …}); hdr are header name/value pairs.
 func send(t *testing.T, method, url, body string, hdr ...string) answer {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
@@ -113,8 +113,10 @@ func send(t *testing.T, method, url, body string, hdr ...string) answer {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	a := answer{status: resp.StatusCode, hdr: resp.Header}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		_ = json.Unmarshal(raw, &a.body)
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		a.body = map[string]any{"raw": string(raw)}
+	} else if err := json.Unmarshal(raw, &a.body); err != nil {
+		t.Fatalf("%s %s: bad JSON %q", method, url, raw)
 	}
 	return a
 }
