@@ -97,9 +97,9 @@ func TestE2EFleetRouting(t *testing.T) {
 	for _, n := range names {
 		waitHTTP(t, base[n]+"/readyz", 30*time.Second)
 	}
-	// Each node lists the node leases every TTL/3: after a TTL every one
-	// has seen the others.
-	time.Sleep(ttl)
+	// Each node lists the node leases every TTL/3: after 1.5 TTL every one
+	// has seen the others, with room for a slow LIST on a loaded machine.
+	time.Sleep(ttl + ttl/2)
 
 	// 60 cells, every append through n1.
 	owner := map[string]string{}
