@@ -413,6 +413,9 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		}
 		h[k] = vs
 	}
+	if resp.Header.Get(HeaderNode) == "" {
+		h.Set(HeaderNode, to.Name) // a peer that does not name itself served it all the same
+	}
 	h.Add(headerForwardedBy, d.cfg.Node)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(raw)
