@@ -36,6 +36,12 @@ type APIConfig struct {
 	MaxBody int64
 	// MaxLimit bounds ?limit on reads.
 	MaxLimit int
+	// Node names this node in the Deed-Node header of every answer;
+	// Daemon.Handler sets it from Config.Node.
+	Node string
+
+	// fleetSecret authenticates peers' requests (Config.FleetSecret).
+	fleetSecret string
 }
 
 // Handler is the daemon's HTTP API, bounded and guarded by Config.API:
@@ -45,6 +51,10 @@ func (d *Daemon) Handler() http.Handler { return d.handler(d.cfg.API) }
 
 // handler builds the daemon's HTTP API with cfg.
 func (d *Daemon) handler(cfg APIConfig) http.Handler {
+	if cfg.Node == "" {
+		cfg.Node = d.cfg.Node
+	}
+	cfg.fleetSecret = d.cfg.FleetSecret
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true})
@@ -104,14 +114,25 @@ func bearerToken(h string) (string, bool) {
 	return strings.TrimSpace(token), true
 }
 
-// guard enforces the bearer token and the body limit before any handler,
-// and reads the body whole, within apiBodyTimeout, so that a slow body is
-// cut off before any handler runs and nothing is written for it.
+// guard names the node on every answer (Deed-Node), enforces the bearer
+// token (or, on a peer's request, the fleet secret) and the body limit
+// before any handler, and reads the body whole, within apiBodyTimeout, so
+// that a slow body is cut off before any handler runs and nothing is
+// written for it.
 func guard(cfg APIConfig, next http.Handler) http.Handler {
 	want := []byte(strings.TrimSpace(cfg.Token)) // a token file's trailing newline is not part of it
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w = &deadlineWriter{ResponseWriter: w}
-		if len(want) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		if cfg.Node != "" {
+			w.Header().Set(HeaderNode, cfg.Node)
+		}
+		r, peer, err := peerAuth(cfg.fleetSecret, r)
+		if err != nil {
+			w.Header().Set("Connection", "close")
+			writeError(w, err)
+			return
+		}
+		if !peer && len(want) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 			got, ok := bearerToken(r.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
@@ -225,6 +246,9 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "empty append: a record must have at least one byte"))
 		return
 	}
+	if d.route(w, r, body) {
+		return
+	}
 	var (
 		c   *holding
 		res replication.Result
@@ -235,6 +259,9 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 	for range maxRetiredRetries {
 		c, err = d.acquire(r.Context(), r.PathValue("cell"), false)
 		if err != nil {
+			if d.reroute(w, r, body, err) {
+				return
+			}
 			err = appendNotSent(err)
 			d.m.appends.WithLabelValues(resultOf(err)).Inc()
 			writeError(w, err)
@@ -276,14 +303,9 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 		writeError(w, err)
 		return
 	}
-	var recs []replication.Record
-	if c := d.held(name); c != nil {
-		recs, err = c.log.Read(r.Context(), replication.Pos(after), int(limit), barrier)
-		err = closedUnder(c, err)
-	} else if barrier {
-		err = errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
-	} else {
-		recs, err = replication.Read(r.Context(), d.b, name, replication.Pos(after), int(limit))
+	recs, done, err := d.readRecords(w, r, name, replication.Pos(after), int(limit), barrier)
+	if done {
+		return
 	}
 	if err != nil {
 		writeError(w, err)
@@ -364,7 +386,7 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusUnauthorized
 	case errcode.CodeHeld, errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNotHolder:
 		return http.StatusConflict
-	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous:
+	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

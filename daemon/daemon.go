@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,10 @@ type Config struct {
 	// Weight is this node's placement share (0 means 1), advertised in its
 	// node lease.
 	Weight float64
+	// PeerClient sends the requests forwarded to peers (nil: NewPeerClient(nil),
+	// which trusts the system's roots); give one that trusts the fleet's CA
+	// when the peers serve HTTPS under a private one.
+	PeerClient *http.Client
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
@@ -59,6 +64,8 @@ type Daemon struct {
 	closed bool
 
 	events eventRing // recent takeovers, fences, moves: the status page's
+
+	hints holderHints // which peer served a cell lately, for routing
 
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc

@@ -3,11 +3,8 @@ package daemon
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -57,25 +54,8 @@ func (td *testDaemon) stop(t *testing.T) {
 // call sends one request and decodes the JSON answer into a map.
 func (td *testDaemon) call(t *testing.T, method, path, body string, hdr ...string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), method, td.srv.URL+path, strings.NewReader(body))
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var m map[string]any
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("%s %s: bad JSON %q", method, path, raw)
-		}
-	} else {
-		m = map[string]any{"raw": string(raw)}
-	}
-	return resp.StatusCode, m
+	a := send(t, method, td.srv.URL+path, body, hdr...)
+	return a.status, a.body
 }
 
 func wantErr(t *testing.T, status int, body map[string]any, wantStatus int, code errcode.Code) {

@@ -29,6 +29,7 @@ type metrics struct {
 	renewals      *prometheus.CounterVec // result
 	fences        *prometheus.CounterVec // reason
 	nodeLeaseHeld prometheus.Gauge
+	forwards      *prometheus.CounterVec // result
 }
 
 // Label values each series is created with at zero, so that a dashboard or
@@ -47,6 +48,7 @@ var (
 	s3Outcomes      = []string{"ok", "not_found", "precondition", "conflict", "ambiguous", "unavailable", "denied", "unsupported"}
 	renewalResults  = []string{"ok", "error", "replaced", "deleted"}
 	fenceReasons    = []string{"unreachable", "expired", "replaced", "deleted"}
+	forwardResults  = []string{"ok", "unreachable", "lost", "refused"}
 )
 
 // newMetrics makes the series; version is deed_build_info's label.
@@ -64,11 +66,12 @@ func newMetrics(version string) *metrics {
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_renewals_total", Help: "Node-lease renewal attempts by result (ok, error, replaced, deleted)."}, []string{"result"})
 	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (unreachable, expired, replaced, deleted)."}, []string{"reason"})
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
+	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_total", Help: "Requests forwarded to the peer that holds (or is placed to hold) the cell, by result (ok: its answer relayed; unreachable: not sent; lost: sent, no answer; refused: the peer refused the fleet secret)."}, []string{"result"})
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
-		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, buildInfo,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	for _, l := range claimLabels {
@@ -77,7 +80,7 @@ func newMetrics(version string) *metrics {
 	for _, vs := range []struct {
 		vec    *prometheus.CounterVec
 		values []string
-	}{{m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}} {
+	}{{m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}} {
 		for _, v := range vs.values {
 			vs.vec.WithLabelValues(v)
 		}

@@ -23,6 +23,7 @@ const (
 	CodeContract     Code = "DEED-E010" // store fails the conditional-write contract
 	CodeUnavailable  Code = "DEED-E011" // store unreachable / transient store error
 	CodeAmbiguous    Code = "DEED-E012" // ambiguous outcome could not be resolved
+	CodePeer         Code = "DEED-E013" // the node that holds (or is placed to hold) the cell could not be reached; not applied
 	CodeHeld         Code = "DEED-E020" // cell held by a live node
 	CodeSuperseded   Code = "DEED-E021" // lease lost: superseded by a newer epoch
 	CodeReleased     Code = "DEED-E022" // lease already released

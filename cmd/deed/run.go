@@ -22,7 +22,10 @@ import (
 	"github.com/deedkit/deed/owner"
 )
 
-const envToken = "DEED_TOKEN"
+const (
+	envToken       = "DEED_TOKEN"
+	envFleetSecret = "DEED_FLEET_SECRET_FILE"
+)
 
 // runFlags are `deed run`'s own flags.
 type runFlags struct {
@@ -45,6 +48,13 @@ type runFlags struct {
 	nodeSet, advertiseSet bool
 	tlsCert, tlsKey       string
 	tokenFile             string
+
+	// fleetSecretFile holds the secret the fleet's nodes authenticate
+	// each other's forwarded requests with; fleetSecret is what it read.
+	fleetSecretFile, fleetSecret string
+	// peerCACert is the CA trusted for peers that serve HTTPS.
+	peerCACert string
+	weight     float64
 }
 
 func newRunCmd(cfg *config) *cobra.Command {
@@ -92,6 +102,16 @@ released, then the node lease; a peer can claim every cell at once.`,
 			case !cmd.Flags().Changed("token"):
 				rf.token = cfg.getenv(envToken)
 			}
+			if !cmd.Flags().Changed("fleet-secret-file") {
+				rf.fleetSecretFile = cfg.getenv(envFleetSecret)
+			}
+			if rf.fleetSecretFile != "" {
+				secret, err := readFleetSecret(rf.fleetSecretFile)
+				if err != nil {
+					return err
+				}
+				rf.fleetSecret = secret
+			}
 			rf.nodeSet = cmd.Flags().Changed("node") || cfg.getenv(envNode) != ""
 			rf.advertiseSet = cmd.Flags().Changed("advertise")
 			return runDaemon(cmd.Context(), cfg, rf)
@@ -113,6 +133,9 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve the API over HTTPS with this PEM certificate (chain); reloaded when it changes and on SIGHUP")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&rf.tokenFile, "token-file", "", "read the API's bearer token from this file (trailing newline ignored) instead of --token/"+envToken)
+	f.StringVar(&rf.fleetSecretFile, "fleet-secret-file", "", "file with the secret (≥ 16 bytes, trailing newline ignored) the fleet's nodes share to forward requests to each other; without it this node serves only the cells it holds or claims (env "+envFleetSecret+")")
+	f.StringVar(&rf.peerCACert, "peer-ca-cert", "", "PEM file of the CA to trust for peers that serve HTTPS (default: the system's)")
+	f.Float64Var(&rf.weight, "weight", 1, "this node's share of the cells placed on the fleet, relative to its peers' (0 < W ≤ "+fmt.Sprint(owner.MaxWeight)+")")
 	return cmd
 }
 
@@ -148,6 +171,13 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if err := owner.ValidateTTL(rf.ttl); err != nil {
 		return errcode.Wrap(err, "--ttl")
 	}
+	if !(rf.weight > 0) { // the range above is owner.NewNode's check
+		return errcode.Errorf(errcode.CodeBadRequest, "--weight %v: want a share above 0", rf.weight)
+	}
+	peerClient, err := newPeerClient(rf.peerCACert)
+	if err != nil {
+		return err
+	}
 	if rf.advertise == "" {
 		rf.advertise = scheme + rf.listen
 	}
@@ -159,7 +189,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if err != nil {
 		return errcode.Errorf(errcode.CodeBadRequest, "listen %s: %w", rf.listen, err)
 	}
-	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit}
+	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, Node: cfg.node}
 	// Requests get a context the drain cancels: http.Server.Shutdown waits
 	// for handlers but never cancels them, and an append retrying its slot
 	// through an outage would hold the whole drain budget.
@@ -185,7 +215,12 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	defer closeStore()
 
 	v, _ := buildVersion()
-	d, err := openDaemon(ctx, daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v}, b, cfg.log)
+	dcfg := daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v,
+		FleetSecret: rf.fleetSecret, Weight: rf.weight, PeerClient: peerClient}
+	if rf.fleetSecret == "" {
+		cfg.log.Info("no fleet secret (--fleet-secret-file): requests for cells another node holds are refused with DEED-E020, not forwarded")
+	}
+	d, err := openDaemon(ctx, dcfg, b, cfg.log)
 	if err != nil {
 		stopEarly()
 		return err

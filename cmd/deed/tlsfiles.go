@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/errcode"
 )
 
@@ -150,17 +152,20 @@ func reloadOnSIGHUP(r *certReloader) (stop func()) {
 // command line (ps) or in a unit's environment. Trailing whitespace (the
 // newline an editor or echo adds) is not part of it; an empty token is
 // refused.
-func readTokenFile(path string) (string, error) {
+func readTokenFile(path string) (string, error) { return readSecretFile("--token-file", path) }
+
+// readSecretFile reads the one-line secret of the file flag names.
+func readSecretFile(flag, path string) (string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return "", errcode.Errorf(errcode.CodeBadRequest, "--token-file: %w", err)
+		return "", errcode.Errorf(errcode.CodeBadRequest, "%s: %w", flag, err)
 	}
 	token := strings.TrimRight(string(raw), " \t\r\n")
 	if token == "" {
-		return "", errcode.Errorf(errcode.CodeBadRequest, "--token-file %s is empty", path)
+		return "", errcode.Errorf(errcode.CodeBadRequest, "%s %s is empty", flag, path)
 	}
 	if strings.ContainsAny(token, "\r\n") {
-		return "", errcode.Errorf(errcode.CodeBadRequest, "--token-file %s: want one line, the token", path)
+		return "", errcode.Errorf(errcode.CodeBadRequest, "%s %s: want one line, the secret", flag, path)
 	}
 	return token, nil
 }
@@ -181,4 +186,34 @@ func caPool(path string) (*x509.CertPool, error) {
 // errBothTokens is the refusal of a token given twice.
 func errBothTokens() error {
 	return errcode.Errorf(errcode.CodeBadRequest, "give the token once: --token-file or --token/%s, not both", envToken)
+}
+
+// minFleetSecret is the shortest fleet secret accepted: it is all that
+// stands between the network and a peer's unauthenticated access.
+const minFleetSecret = 16
+
+// readFleetSecret reads --fleet-secret-file like a token file (one line,
+// trailing newline ignored), refusing a secret shorter than minFleetSecret.
+func readFleetSecret(path string) (string, error) {
+	secret, err := readSecretFile("--fleet-secret-file", path)
+	if err != nil {
+		return "", err
+	}
+	if len(secret) < minFleetSecret {
+		return "", errcode.Errorf(errcode.CodeBadRequest, "--fleet-secret-file %s: the secret has %d bytes, want at least %d", path, len(secret), minFleetSecret)
+	}
+	return secret, nil
+}
+
+// newPeerClient is the client that forwards requests to peers; with
+// --peer-ca-cert it trusts that CA for peers that serve HTTPS.
+func newPeerClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return daemon.NewPeerClient(nil), nil
+	}
+	pool, err := caPool(caFile)
+	if err != nil {
+		return nil, errcode.Wrap(err, "--peer-ca-cert")
+	}
+	return daemon.NewPeerClient(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}), nil
 }

@@ -28,6 +28,7 @@ func TestErrorsCarryCodeAndApplied(t *testing.T) {
 		{409, `{"code":"DEED-E021","error":"DEED-E021 lease lost","applied":"no"}`, errcode.CodeSuperseded, errcode.CodeSuperseded, ""},
 		{503, `{"code":"DEED-E012","error":"DEED-E012 outcome unknown","applied":"unknown"}`, errcode.CodeAmbiguous, errcode.CodeAmbiguous, ""},
 		{503, `{"code":"DEED-E011","error":"DEED-E011 store down","applied":"unknown"}`, errcode.CodeUnavailable, errcode.CodeAmbiguous, ""},
+		{503, `{"code":"DEED-E013","error":"DEED-E013 cell c: node b could not be reached","applied":"no"}`, errcode.CodePeer, errcode.CodePeer, ""},
 		{502, `<html>bad gateway</html>`, errcode.CodeUnavailable, errcode.CodeAmbiguous, ""},
 		{401, `nope`, errcode.CodeUnauthorized, errcode.CodeUnauthorized, ""},
 		{200, `not json`, errcode.CodeUnavailable, errcode.CodeAmbiguous, ""},

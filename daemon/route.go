@@ -1,0 +1,440 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
+)
+
+// Routing: any node of a fleet serves any cell. A request for a cell this
+// node does not hold goes, in at most two hops, to the node that holds it
+// or is placed to hold it, and that node's answer is relayed as it is.
+
+const (
+	// headerHops counts the forwards a request has had; honoured only on
+	// a request that carries the right fleet secret.
+	headerHops = "Deed-Hops"
+	// headerForwardedBy names each node that relayed an answer, nearest
+	// the client last; Deed-Node stays the node that served it.
+	headerForwardedBy = "Deed-Forwarded-By"
+	// maxHops bounds the forwards of one request: a client's node may
+	// send it to the preferred node, which may send it once more to the
+	// live holder its claim was refused for. Never further, so a request
+	// never loops, whatever the nodes' views of each other.
+	maxHops = 2
+	// peerTimeout bounds one forwarded request, below the Go client's
+	// 60 s (client.DefaultTimeout), so that the relay's own answer (lost:
+	// DEED-E012; unreachable: DEED-E013) reaches a client still waiting.
+	peerTimeout = 50 * time.Second
+	// peerDialTimeout bounds connecting to a peer: a dead host is known
+	// to be unreachable (nothing sent, DEED-E013) within it.
+	peerDialTimeout = 3 * time.Second
+)
+
+// peerKey is the context key of a request authenticated as a peer's.
+type peerKey struct{}
+
+// peerCall is what a peer's request says about its way here.
+type peerCall struct {
+	from string // the node that forwarded it
+	hops int    // forwards so far, ≥ 1
+}
+
+// peerOf is the peer that forwarded r, if r carried the fleet secret.
+func peerOf(ctx context.Context) (peerCall, bool) {
+	p, ok := ctx.Value(peerKey{}).(peerCall)
+	return p, ok
+}
+
+// peerAuth checks the fleet secret of a request that carries one: the
+// right one makes it a peer's (marked in its context, with its hop count
+// and sender), which needs no bearer token, as the node that forwarded it
+// checked the client's. A wrong one, or any on a node without a secret,
+// is DEED-E041. A request without the header is returned as it is.
+func peerAuth(secret string, r *http.Request) (*http.Request, bool, error) {
+	got := r.Header.Get(headerPeerToken)
+	if got == "" {
+		return r, false, nil
+	}
+	if secret == "" || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
+		return r, false, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: wrong fleet secret in %s (or this node has none)", headerPeerToken)
+	}
+	hops, err := strconv.Atoi(r.Header.Get(headerHops))
+	if err != nil || hops < 1 {
+		hops = 1
+	}
+	p := peerCall{from: r.Header.Get(headerFrom), hops: hops}
+	return r.WithContext(context.WithValue(r.Context(), peerKey{}, p)), true, nil
+}
+
+// routeAction is what a node does with a request for a cell.
+type routeAction int
+
+const (
+	routeServe   routeAction = iota // serve it here (claiming the cell if free)
+	routeForward                    // forward it to routeVerdict.To and relay the answer
+	routeRefuse                     // answer the refusal the claim here got
+)
+
+// routeIn is everything the routing rule looks at.
+type routeIn struct {
+	Fleet        bool   // a fleet secret is configured (else: a single daemon)
+	Held         bool   // this node holds the cell
+	Hops         int    // 0 from a client; the forwards so far from a peer
+	From         string // the peer that forwarded the request
+	Self         string // this node
+	Preferred    member // rendezvous choice over the live members
+	HasPreferred bool   // false while the view has no member (fenced, starting)
+	// Hint is the live peer that served the cell lately (holderHints).
+	Hint member
+	// Holder is the live node a claim here was refused for (DEED-E020),
+	// or the node a cell was handed to; empty before anything was tried.
+	Holder member
+}
+
+// routeVerdict is the rule's answer.
+type routeVerdict struct {
+	Action routeAction
+	To     member
+}
+
+// decideRoute is the routing rule, pure so that it can be tested whole.
+//
+// Before anything is tried here (no Holder): a cell held here, any cell
+// without a fleet, and any request a peer forwarded are served here — a
+// forwarded request is never sent back, even when the views of the two
+// nodes disagree for a moment about where the cell belongs. A client's
+// request goes to the live peer that served the cell lately, if any (so
+// that a cell held away from its preferred node does not cost a refused
+// claim per request), else to the preferred node, unless that is this node
+// (or there is no view yet), which serves it, claiming the cell if free.
+//
+// After the claim here was refused because a live node holds the cell (or
+// the cell was just handed to one): one more hop to that holder, unless it
+// would be the request's second forward already, or go back to the node
+// that sent it, or to this node, or to no known address; then the refusal
+// is the answer.
+func decideRoute(in routeIn) routeVerdict {
+	if in.Holder.Name == "" {
+		if !in.Fleet || in.Held || in.Hops > 0 {
+			return routeVerdict{Action: routeServe}
+		}
+		if in.Hint.Name != "" && in.Hint.Name != in.Self && in.Hint.Addr != "" {
+			return routeVerdict{Action: routeForward, To: in.Hint}
+		}
+		if !in.HasPreferred ||
+			in.Preferred.Name == in.Self || in.Preferred.Addr == "" {
+			return routeVerdict{Action: routeServe}
+		}
+		return routeVerdict{Action: routeForward, To: in.Preferred}
+	}
+	if !in.Fleet || in.Hops >= maxHops || in.Holder.Name == in.Self ||
+		in.Holder.Name == in.From || in.Holder.Addr == "" {
+		return routeVerdict{Action: routeRefuse}
+	}
+	return routeVerdict{Action: routeForward, To: in.Holder}
+}
+
+// routeInput gathers decideRoute's inputs for a request for cell name.
+func (d *Daemon) routeInput(r *http.Request, name string) routeIn {
+	in := routeIn{Fleet: d.cfg.FleetSecret != "", Self: d.cfg.Node}
+	if p, ok := peerOf(r.Context()); ok {
+		in.Hops, in.From = p.hops, p.from
+	}
+	if !in.Fleet {
+		return in
+	}
+	if in.Held = d.held(name) != nil; !in.Held && in.Hops == 0 {
+		members := d.members()
+		in.Preferred, in.HasPreferred = preferred(name, members)
+		if h, ok := d.hints.get(name, time.Now()); ok {
+			// Only a live member is worth a hop; its address from the view.
+			for _, m := range members {
+				if m.Name == h {
+					in.Hint = m
+				}
+			}
+		}
+	}
+	return in
+}
+
+// route sends a request for a cell this node neither holds nor is placed
+// to hold to the node that is, and relays its answer; it reports whether
+// it answered. body is the request's body (already read whole). A request
+// it does not answer is served here, which claims the cell if it is free.
+func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	name := r.PathValue("cell")
+	if owner.ValidateName("cell", name) != nil {
+		return false // refused here, with the name's own error
+	}
+	v := decideRoute(d.routeInput(r, name))
+	if v.Action != routeForward {
+		return false
+	}
+	d.forward(w, r, v.To, body)
+	return true
+}
+
+// reroute forwards a request whose claim here was refused because a live
+// node holds the cell (err names it: DEED-E020 with the holder's address,
+// or a handoff's "moved to") to that node, within the hop bound, and
+// reports whether it answered. Otherwise the caller answers err.
+func (d *Daemon) reroute(w http.ResponseWriter, r *http.Request, body []byte, err error) bool {
+	holder, ok := holderOf(err)
+	if !ok {
+		return false
+	}
+	in := d.routeInput(r, r.PathValue("cell"))
+	in.Holder = holder
+	v := decideRoute(in)
+	if v.Action != routeForward {
+		return false
+	}
+	d.forward(w, r, v.To, body)
+	return true
+}
+
+// holderHints remembers, per cell, the peer that served this node's last
+// forward of it, for at most one TTL, so that a cell held by a node that
+// is not its preferred one is not claimed here (one refused claim, a store
+// read) for every request routed through this node. A hint is only a
+// first guess: the hinted node routes a request for a cell it no longer
+// holds like any other (one more hop at most), and a hint is dropped when
+// its node could not be reached. Bounded: at maxHints, it starts afresh.
+type holderHints struct {
+	mu sync.Mutex
+	m  map[string]holderHint
+}
+
+type holderHint struct {
+	node  string
+	until time.Time
+}
+
+const maxHints = 1 << 16
+
+func (h *holderHints) get(cell string, now time.Time) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.m[cell]
+	if !ok || now.After(e.until) {
+		return "", false
+	}
+	return e.node, true
+}
+
+func (h *holderHints) set(cell, node string, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= maxHints {
+		h.m = map[string]holderHint{}
+	}
+	h.m[strings.Clone(cell)] = holderHint{node: node, until: until}
+}
+
+func (h *holderHints) drop(cell string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, cell)
+}
+
+// holderOf is the node err says serves the cell instead of this one: the
+// live holder of a refused claim, or the node a cell was handed to (an
+// error with a MovedTo method, which a handoff returns).
+func holderOf(err error) (member, bool) {
+	var held *owner.HeldError
+	if errors.As(err, &held) {
+		return member{Name: held.Owner, Addr: held.Addr}, held.Owner != ""
+	}
+	var moved interface{ MovedTo() (node, addr string) }
+	if errors.As(err, &moved) {
+		n, a := moved.MovedTo()
+		return member{Name: n, Addr: a}, n != ""
+	}
+	return member{}, false
+}
+
+// readRecords reads a cell's records for readCell. A cell held here is read
+// from its log, and read again where the cell is now if a retire (release,
+// move) closed the log under the read (with a fleet, or without a
+// barrier). A plain read of a cell not held here is served from the bucket
+// by this node: the same committed records the owner would return, at no
+// hop, and even while the owner is unreachable. A barrier read must run on
+// the holder, so, with a fleet, it is routed as an append is (to the
+// holder, or to the preferred node, which claims a free cell): as
+// linearizable through any node as on the owner. Without a fleet it is
+// DEED-E024 as before. done says the answer was already written
+// (forwarded).
+func (d *Daemon) readRecords(w http.ResponseWriter, r *http.Request, name string, after replication.Pos, limit int, barrier bool) (recs []replication.Record, done bool, err error) {
+	ctx, fleet := r.Context(), d.cfg.FleetSecret != ""
+	for range maxRetiredRetries {
+		c := d.held(name)
+		if c == nil && barrier && fleet {
+			if d.route(w, r, nil) {
+				return nil, true, nil
+			}
+			if c, err = d.acquire(ctx, name, false); err != nil {
+				if d.reroute(w, r, nil, err) {
+					return nil, true, nil
+				}
+				return nil, false, err
+			}
+		}
+		switch {
+		case c != nil:
+			recs, err = c.log.Read(ctx, after, limit, barrier)
+			// Read again where the cell is now; but a barrier read without
+			// a fleet could only be refused by this node (DEED-E024), so it
+			// answers "retry" (DEED-E011) as before.
+			if (fleet || !barrier) && c.retiredUnder(err) {
+				continue
+			}
+			return recs, false, closedUnder(c, err)
+		case barrier:
+			return nil, false, errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
+		default:
+			recs, err = replication.Read(ctx, d.b, name, after, limit)
+			return recs, false, err
+		}
+	}
+	return nil, false, errcode.Errorf(errcode.CodeUnavailable, "read %s: the cell was retired under the read %d times; retry", name, maxRetiredRetries)
+}
+
+// NewPeerClient is an HTTP client for the requests between the daemons of a
+// fleet: connections kept and reused (a forward costs no handshake), a
+// bounded dial and a bounded request, no proxy from the environment, no
+// redirects followed. tlsConfig (nil: the system's roots) is the trust for
+// peers that serve HTTPS.
+func NewPeerClient(tlsConfig *tls.Config) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.DialContext = (&net.Dialer{Timeout: peerDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.MaxIdleConns = 1024
+	tr.MaxIdleConnsPerHost = 256
+	tr.TLSClientConfig = tlsConfig
+	return &http.Client{
+		Transport:     tr,
+		Timeout:       peerTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// defaultPeerClient is the peer client of a daemon whose Config has none.
+var defaultPeerClient = NewPeerClient(nil)
+
+func (d *Daemon) peerClient() *http.Client {
+	if d.cfg.PeerClient != nil {
+		return d.cfg.PeerClient
+	}
+	return defaultPeerClient
+}
+
+// forward sends r (with body) to the node to, authenticated by the fleet
+// secret and counting one hop more, and relays its answer: status,
+// headers (its Deed-Node among them) and body. What it answers when that
+// fails follows what may have happened: nothing sent (dial refused, no
+// route, the peer refused this node's secret) is DEED-E013, not applied;
+// sent without an answer is, for an append, DEED-E012 (applied unknown:
+// the owner may have written it), for a read DEED-E013.
+func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body []byte) {
+	hops := 1
+	if p, ok := peerOf(r.Context()); ok {
+		hops = p.hops + 1
+	}
+	write := r.Method != http.MethodGet && r.Method != http.MethodHead
+	path := r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		path += "?" + r.URL.RawQuery
+	}
+	var rd io.Reader
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	var sent atomic.Bool
+	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				sent.Store(true)
+			}
+		},
+	})
+	req, err := d.newPeerRequest(ctx, to.Addr, r.Method, path, rd)
+	if err != nil {
+		d.forwardFailed(w, r, to, write, false, err)
+		return
+	}
+	req.Header.Set(headerHops, strconv.Itoa(hops))
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := d.peerClient().Do(req)
+	if err != nil {
+		d.forwardFailed(w, r, to, write, sent.Load(), err)
+		return
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		d.forwardFailed(w, r, to, write, true, err)
+		return
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// Only the peer's guard answers 401, before any handler: nothing
+		// ran there. The client's credentials were fine; the fleet's are not.
+		d.m.forwards.WithLabelValues("refused").Inc()
+		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401: its fleet secret differs, or it has none yet); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
+		return
+	}
+	d.m.forwards.WithLabelValues("ok").Inc()
+	if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
+		d.hints.set(r.PathValue("cell"), served, time.Now().Add(d.cfg.TTL))
+	}
+	h := w.Header()
+	for k, vs := range resp.Header {
+		switch k {
+		case "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Date":
+			continue
+		}
+		h[k] = vs
+	}
+	if resp.Header.Get(HeaderNode) == "" {
+		h.Set(HeaderNode, to.Name) // a peer that does not name itself served it all the same
+	}
+	h.Add(headerForwardedBy, d.cfg.Node)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(raw)
+}
+
+// forwardFailed answers a forward that got no answer: sent says the
+// request reached the peer whole (it may have been acted on).
+func (d *Daemon) forwardFailed(w http.ResponseWriter, r *http.Request, to member, write, sent bool, err error) {
+	cell := r.PathValue("cell")
+	d.hints.drop(cell)
+	if sent && write {
+		d.m.forwards.WithLabelValues("lost").Inc()
+		writeError(w, errcode.Errorf(errcode.CodeAmbiguous, "cell %s: forwarded to node %s at %s, whose answer was lost: outcome unknown, read before retrying: %w", cell, to.Name, to.Addr, err))
+		return
+	}
+	what, result := "could not be reached", "unreachable"
+	if sent {
+		what, result = "did not answer", "lost"
+	}
+	d.m.forwards.WithLabelValues(result).Inc()
+	writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s, which serves it, %s; not applied, retry: %w", cell, to.Name, to.Addr, what, err))
+}
