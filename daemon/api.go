@@ -237,7 +237,9 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 			writeError(w, err)
 			return
 		}
+		c.c.begin()
 		res, err = c.log.Append(r.Context(), c.lease, body)
+		c.c.end()
 		if !c.retiredUnder(err) {
 			break
 		}
@@ -275,7 +277,9 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	}
 	var recs []replication.Record
 	if c := d.held(name); c != nil {
+		c.c.begin()
 		recs, err = c.log.Read(r.Context(), replication.Pos(after), int(limit), barrier)
+		c.c.end()
 		err = closedUnder(c, err)
 	} else if barrier {
 		err = errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
