@@ -346,4 +346,3 @@ func TestPlanIdleSweep(t *testing.T) {
 		}
 	}
 }
-
