@@ -37,6 +37,8 @@ type runFlags struct {
 	fenceExit    bool
 	drainTimeout time.Duration
 	maxConns     int
+	idleRelease  time.Duration
+	maxCells     int
 
 	// embedded asks for the embedded store by name (--embedded-store).
 	embedded bool
@@ -109,6 +111,8 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
 	f.IntVar(&rf.maxConns, "max-conns", daemon.DefaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
+	f.DurationVar(&rf.idleRelease, "idle-release", daemon.DefaultIdleRelease, "seal and release a cell that has had no request for this long; its next request claims it again (0: keep cells until shutdown; else at least 1s)")
+	f.IntVar(&rf.maxCells, "max-cells", 0, "most cells held at once: above it the least recently used are released, in the background (0: no bound)")
 	f.BoolVar(&rf.embedded, "embedded-store", false, "use the embedded store even though --node, --advertise or a non-loopback --listen say this node may have peers (they would not share it)")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve the API over HTTPS with this PEM certificate (chain); reloaded when it changes and on SIGHUP")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -126,6 +130,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	}
 	if rf.maxBody <= 0 || rf.maxLimit <= 0 || rf.maxConns < 0 {
 		return errcode.Errorf(errcode.CodeBadRequest, "--max-body and --max-limit must be positive, --max-conns not negative")
+	}
+	if rf.idleRelease < 0 || (rf.idleRelease > 0 && rf.idleRelease < time.Second) || rf.maxCells < 0 {
+		return errcode.Errorf(errcode.CodeBadRequest, "--idle-release %v: want 0 (off) or at least 1s; --max-cells %d: want 0 (no bound) or more", rf.idleRelease, rf.maxCells)
 	}
 	if err := checkStoreChoice(cfg, rf, host); err != nil {
 		return err
@@ -185,7 +192,8 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	defer closeStore()
 
 	v, _ := buildVersion()
-	d, err := openDaemon(ctx, daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v}, b, cfg.log)
+	d, err := openDaemon(ctx, daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v,
+		IdleRelease: rf.idleRelease, MaxCells: rf.maxCells}, b, cfg.log)
 	if err != nil {
 		stopEarly()
 		return err
