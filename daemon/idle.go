@@ -193,6 +193,16 @@ func (d *Daemon) heldCandidates(s *idleSweeper) []idleCandidate {
 	}
 	d.mu.Unlock()
 	out := make([]idleCandidate, 0, len(cells))
+	for name := range s.failed {
+		// Dropped meanwhile (the node fenced, the lease ended): nothing
+		// left to retry.
+		d.mu.Lock()
+		_, ok := d.cells[name]
+		d.mu.Unlock()
+		if !ok {
+			delete(s.failed, name)
+		}
+	}
 	for _, c := range cells {
 		h := idleCandidate{name: c.name, c: c, lastUsed: c.lastUsed.Load(), retry: s.failed[c.name]}
 		// A cell whose lock is taken is being claimed, retired or

@@ -26,16 +26,7 @@ import (
 // most maxCells cells, and closes it when the test ends.
 func openIdleDaemon(t *testing.T, b bucket.Bucket, idle time.Duration, maxCells int) (*Daemon, http.Handler) {
 	t.Helper()
-	d, err := Open(t.Context(), Config{Node: "a", Advertise: "http://a", TTL: 2 * time.Second, IdleRelease: idle, MaxCells: maxCells},
-		b, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
-	})
+	d := openTestDaemonConfig(t, b, Config{Node: "a", Advertise: "http://a", TTL: 2 * time.Second, IdleRelease: idle, MaxCells: maxCells})
 	return d, d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
 }
 
