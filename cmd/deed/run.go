@@ -75,8 +75,8 @@ not loopback, or --node, DEED_NODE or --advertise set) unless
 either file changes and on SIGHUP. --token-file reads the bearer token from
 a file, so it never shows on a command line.
 
-A cell with no request for --idle-release (default 10m) is sealed and
-released the same way; its next request claims it again. --max-cells N
+A cell with no request for --idle-release (default 10m) has its log sealed
+and its record released; its next request claims it again. --max-cells N
 releases the least recently used cells while more than N are held.
 
 On SIGINT or SIGTERM it drains: every cell's log is sealed and its record
