@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -120,8 +121,9 @@ func TestIdleCellIsReleasedAndClaimedAgain(t *testing.T) {
 	})
 }
 
-// A cell used more often than IdleRelease stays held, and so does one whose
-// only request runs longer than IdleRelease: it is in flight, not idle.
+// A cell used (appended to, or read) more often than IdleRelease stays
+// held, and so does one whose only request runs longer than IdleRelease: it
+// is in flight, not idle.
 func TestUsedCellIsKept(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := fakes3.NewMem()
@@ -131,12 +133,21 @@ func TestUsedCellIsKept(t *testing.T) {
 		const idle = 2 * time.Second
 		every := idleSweepEvery(idle)
 		d, h := openIdleDaemon(t, la, idle, 0)
+		mustAppend(t, h, "read", "r")
 		for i := range 12 {
 			mustAppend(t, h, "busy", fmt.Sprint(i))
+			// Reads of a held cell are use too.
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells/read/records?barrier=true", nil))
+			if rec.Code != 200 {
+				t.Fatalf("read: %d %s", rec.Code, rec.Body)
+			}
 			time.Sleep(idle / 2)
 		}
-		if c := d.held("busy"); c == nil || c.lease.Epoch() != 1 {
-			t.Fatal("a cell used every IdleRelease/2 was released")
+		for _, cell := range []string{"busy", "read"} {
+			if c := d.held(cell); c == nil || c.lease.Epoch() != 1 {
+				t.Fatalf("%s, used every IdleRelease/2, was released", cell)
+			}
 		}
 
 		mustAppend(t, h, "slow", "first")
