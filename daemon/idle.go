@@ -150,10 +150,11 @@ type idleRetire struct {
 }
 
 // planIdleSweep picks, from the held cells, those to retire now: first
-// those whose retire failed before, then the idle ones (no request since
-// idle; 0 means no idle release), oldest first, then the least recently
-// used of the rest while more than maxCells (0: no bound) would stay held;
-// never a busy cell, at most batch in all.
+// those whose retire failed before (their appends are refused until it
+// succeeds, so their use does not count), then the idle ones (no request
+// since idle; 0 means no idle release), oldest first, then the least
+// recently used of the rest while more than maxCells (0: no bound) would
+// stay held; no other busy cell, at most batch in all.
 func planIdleSweep(held []idleCandidate, now time.Time, idle time.Duration, maxCells, batch int) []idleRetire {
 	var out []idleRetire
 	var rest []idleCandidate
@@ -208,17 +209,23 @@ func (d *Daemon) heldCandidates(s *idleSweeper) []idleCandidate {
 		// A cell whose lock is taken is being claimed, retired or
 		// released: busy, and looked at again next time.
 		if !c.mu.TryLock() {
-			h.busy = true
+			h.busy, h.retry = true, "" // a failed retire is retried next time
 			out = append(out, h)
 			continue
 		}
 		live := c.lease != nil && c.lease.Err() == nil
+		releasing := c.releasing
 		c.mu.Unlock()
-		if !live {
+		if !live || (h.retry != "" && !releasing) {
+			// Its lease ended, or the cell was released and claimed
+			// again since the retire failed: that retire is moot.
 			delete(s.failed, c.name)
+			h.retry = ""
+		}
+		if !live {
 			continue
 		}
-		h.busy = h.busy || c.inflight.Load() > 0
+		h.busy = c.inflight.Load() > 0
 		out = append(out, h)
 	}
 	return out
