@@ -267,7 +267,9 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 			writeError(w, err)
 			return
 		}
+		c.c.begin()
 		res, err = c.log.Append(r.Context(), c.lease, body)
+		c.c.end()
 		if !c.retiredUnder(err) {
 			break
 		}

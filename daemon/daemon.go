@@ -47,6 +47,13 @@ type Config struct {
 	// which trusts the system's roots); give one that trusts the fleet's CA
 	// when the peers serve HTTPS under a private one.
 	PeerClient *http.Client
+	// IdleRelease retires a held cell that has had no request for this
+	// long (sealed and released; its next request claims it again); 0
+	// keeps cells until they are released or the node drains. See idle.go.
+	IdleRelease time.Duration
+	// MaxCells bounds the cells held here: above it the least recently
+	// used are retired, in the background; 0 means no bound.
+	MaxCells int
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
@@ -70,6 +77,8 @@ type Daemon struct {
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	idle *idleSweeper // nil when neither IdleRelease nor MaxCells is set
 }
 
 // cell is one cell held here: its lease and the log opened on it. mu
@@ -80,6 +89,9 @@ type cell struct {
 	// lastUsed is the time (UnixNano) of the cell's last request here, read
 	// without c.mu by the idle sweep and the status page.
 	lastUsed atomic.Int64
+	// inflight counts the requests using the cell's log now (begin/end):
+	// a cell with one in flight is not idle, however long it runs.
+	inflight atomic.Int32
 	mu       sync.Mutex
 	lease    *owner.Lease
 	log      *replication.Log
@@ -127,6 +139,9 @@ func (h *holding) retiredUnder(err error) bool {
 // conditional-write contract runs probe.Run (package bucket/probe) first,
 // as `deed run` does. The caller serves Handler and calls Close on shutdown.
 func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*Daemon, error) {
+	if cfg.IdleRelease < 0 || cfg.MaxCells < 0 {
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "idle release %v and max cells %d must not be negative", cfg.IdleRelease, cfg.MaxCells)
+	}
 	if cfg.API.MaxBody == 0 {
 		cfg.API.MaxBody = DefaultMaxBody
 	}
@@ -152,6 +167,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	d.cancel = cancel
 	d.wg.Add(1)
 	go d.watchNode(wctx, n)
+	d.startIdleSweep(wctx)
 	return d, nil
 }
 
@@ -352,6 +368,7 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	}
 	c.lease, c.log, c.releasing = l, lg, false
 	d.m.cellsHeld.Set(float64(d.countHeld()))
+	d.nudgeIdleSweep()
 	// Every lease ends, at the latest when the node closes or fences, so
 	// leaseEnded always runs; no goroutine waits for it meanwhile.
 	d.wg.Add(1)
@@ -506,6 +523,8 @@ func (d *Daemon) Close(ctx context.Context) error {
 	}
 	n := d.node
 	d.mu.Unlock()
+	// No idle release may start on a cell the drain is about to seal.
+	d.stopIdleSweep()
 
 	var errs []error
 	var wg sync.WaitGroup

@@ -18,6 +18,7 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	cellsHeld     prometheus.Gauge
+	cellsReleased *prometheus.CounterVec // reason: idle, max_cells
 	claims        *prometheus.CounterVec // result, reason
 	releases      *prometheus.CounterVec // result
 	takeovers     *prometheus.CounterVec // reason: owner-dead, forced
@@ -42,6 +43,7 @@ var (
 		{"held", "owner-alive"}, {"corrupt", "corrupt"}, {"error", "none"},
 	}
 	releaseResults  = []string{"ok", "error", "not_holder"}
+	cellReleased    = []string{releasedIdle, releasedMaxCells}
 	takeoverReasons = []string{"owner-dead", "forced"}
 	appendResults   = []string{"ok", "fenced", "held", "error", "unknown"}
 	s3Ops           = []string{"get", "head", "put", "delete", "list"}
@@ -55,6 +57,7 @@ var (
 func newMetrics(version string) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.cellsHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_cells_held", Help: "Cells this node holds a live lease on."})
+	m.cellsReleased = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_cells_released_total", Help: "Cells this node retired on its own, by reason (idle: no request for --idle-release; max_cells: least recently used above --max-cells)."}, []string{"reason"})
 	m.claims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_claims_total", Help: "Claim attempts by result (ok, held, corrupt, error) and reason (absent, released, re-entry, owner-dead, forced, owner-alive, corrupt; none when the claim failed before deciding)."}, []string{"result", "reason"})
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_releases_total", Help: "Cell releases through the API by result (ok, error, not_holder)."}, []string{"result"})
 	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_takeovers_total", Help: "Successful claims that took a cell from another node, by reason (owner-dead, forced)."}, []string{"reason"})
@@ -70,7 +73,7 @@ func newMetrics(version string) *metrics {
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
-	m.reg.MustRegister(m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
+	m.reg.MustRegister(m.cellsHeld, m.cellsReleased, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
 		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -80,7 +83,7 @@ func newMetrics(version string) *metrics {
 	for _, vs := range []struct {
 		vec    *prometheus.CounterVec
 		values []string
-	}{{m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}} {
+	}{{m.cellsReleased, cellReleased}, {m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}} {
 		for _, v := range vs.values {
 			vs.vec.WithLabelValues(v)
 		}

@@ -74,7 +74,13 @@ func (l *lostAnswers) Put(ctx context.Context, key string, body []byte, c bucket
 // when the test ends.
 func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *Daemon {
 	t.Helper()
-	d, err := Open(t.Context(), Config{Node: "a", Advertise: "http://a", TTL: ttl}, b, slog.New(slog.DiscardHandler))
+	return openTestDaemonConfig(t, b, Config{Node: "a", Advertise: "http://a", TTL: ttl})
+}
+
+// openTestDaemonConfig is openTestDaemon with a whole Config.
+func openTestDaemonConfig(t *testing.T, b bucket.Bucket, cfg Config) *Daemon {
+	t.Helper()
+	d, err := Open(t.Context(), cfg, b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

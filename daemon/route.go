@@ -298,7 +298,9 @@ func (d *Daemon) readRecords(w http.ResponseWriter, r *http.Request, name string
 		}
 		switch {
 		case c != nil:
+			c.c.begin()
 			recs, err = c.log.Read(ctx, after, limit, barrier)
+			c.c.end()
 			// Read again where the cell is now; but a barrier read without
 			// a fleet could only be refused by this node (DEED-E024), so it
 			// answers "retry" (DEED-E011) as before.

@@ -40,6 +40,8 @@ type runFlags struct {
 	fenceExit    bool
 	drainTimeout time.Duration
 	maxConns     int
+	idleRelease  time.Duration
+	maxCells     int
 
 	// embedded asks for the embedded store by name (--embedded-store).
 	embedded bool
@@ -82,6 +84,10 @@ not loopback, or --node, DEED_NODE or --advertise set) unless
 --tls-cert and --tls-key serve the API over HTTPS; the pair is reloaded when
 either file changes and on SIGHUP. --token-file reads the bearer token from
 a file, so it never shows on a command line.
+
+A cell with no request for --idle-release (default 10m) has its log sealed
+and its record released; its next request claims it again. --max-cells N
+releases the least recently used cells while more than N are held.
 
 On SIGINT or SIGTERM it drains: every cell's log is sealed and its record
 released, then the node lease; a peer can claim every cell at once.`,
@@ -129,6 +135,8 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
 	f.IntVar(&rf.maxConns, "max-conns", daemon.DefaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
+	f.DurationVar(&rf.idleRelease, "idle-release", daemon.DefaultIdleRelease, "seal and release a cell that has had no request for this long; its next request claims it again (0: keep cells until shutdown; else at least 1s)")
+	f.IntVar(&rf.maxCells, "max-cells", 0, "most cells held at once: above it the least recently used are released, in the background (0: no bound)")
 	f.BoolVar(&rf.embedded, "embedded-store", false, "use the embedded store even though --node, --advertise or a non-loopback --listen say this node may have peers (they would not share it)")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve the API over HTTPS with this PEM certificate (chain); reloaded when it changes and on SIGHUP")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -149,6 +157,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	}
 	if rf.maxBody <= 0 || rf.maxLimit <= 0 || rf.maxConns < 0 {
 		return errcode.Errorf(errcode.CodeBadRequest, "--max-body and --max-limit must be positive, --max-conns not negative")
+	}
+	if rf.idleRelease < 0 || (rf.idleRelease > 0 && rf.idleRelease < time.Second) || rf.maxCells < 0 {
+		return errcode.Errorf(errcode.CodeBadRequest, "--idle-release %v: want 0 (off) or at least 1s; --max-cells %d: want 0 (no bound) or more", rf.idleRelease, rf.maxCells)
 	}
 	if err := checkStoreChoice(cfg, rf, host); err != nil {
 		return err
@@ -216,7 +227,8 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 
 	v, _ := buildVersion()
 	dcfg := daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v,
-		FleetSecret: rf.fleetSecret, Weight: rf.weight, PeerClient: peerClient}
+		FleetSecret: rf.fleetSecret, Weight: rf.weight, PeerClient: peerClient,
+		IdleRelease: rf.idleRelease, MaxCells: rf.maxCells}
 	if rf.fleetSecret == "" {
 		cfg.log.Info("no fleet secret (--fleet-secret-file): requests for cells another node holds are refused with DEED-E020, not forwarded")
 	}
