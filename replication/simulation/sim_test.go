@@ -21,6 +21,10 @@ var (
 	// retriesFlag puts a client that retries conditional writes (as docs/design.md
 	// forbids) under every node: the sound protocol must stay correct.
 	retriesFlag = flag.Int("clientretries", 0, "retries of conditional writes by every node's client (a broken client)")
+	// releaseFirstFlag reverses the order of every handoff's retire:
+	// release the record, then seal. The protocol does not rely on the
+	// order (the next owner seals the chain itself), so it must stay correct.
+	releaseFirstFlag = flag.Bool("releasefirst", false, "handoffs release the record before they seal the log")
 )
 
 // result is one simulated run, judged.
@@ -96,6 +100,10 @@ func simulate(t *testing.T, seed uint64, retries int) result {
 	for k, c := range reasons {
 		r.counts["lease:"+k] = c
 	}
+	for k, c := range w.h.handoffs {
+		r.counts[k] = c
+	}
+	r.stats += fmt.Sprintf("; handoffs %v", w.h.handoffs)
 	return r
 }
 
