@@ -147,8 +147,10 @@ func (s step) String() string {
 }
 
 // plan draws the configuration and the whole schedule from the seed before
-// anything runs: the schedule is a pure function of the seed.
-func plan(seed uint64) (simConfig, []step) {
+// anything runs: the schedule is a pure function of the seed (and of
+// handoffs, which leaves the handoffs out: the schedules from before they
+// joined, which the regression seeds replay).
+func plan(seed uint64, handoffs bool) (simConfig, []step) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	cfg := simConfig{
 		nodes: 3 + rng.IntN(3),
@@ -216,7 +218,10 @@ func plan(seed uint64) (simConfig, []step) {
 	extra, finalGC := planCompaction(seed, cfg, steps)
 	cfg.finalGC = finalGC
 	extra = append(extra, planLocks(seed, cfg, steps)...)
-	return cfg, merge(steps, append(extra, planHandoffs(seed, cfg, steps)...))
+	if handoffs {
+		extra = append(extra, planHandoffs(seed, cfg, steps)...)
+	}
+	return cfg, merge(steps, extra)
 }
 
 // handoffSeed keys planHandoffs' stream.

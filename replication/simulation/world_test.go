@@ -112,8 +112,8 @@ type cellLog struct {
 	retired  bool
 }
 
-func newWorld(seed uint64, retries int) *world {
-	cfg, steps := plan(seed)
+func newWorld(seed uint64, retries int, handoffs bool) *world {
+	cfg, steps := plan(seed, handoffs)
 	w := &world{
 		seed:         seed,
 		cfg:          cfg,
