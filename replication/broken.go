@@ -85,6 +85,15 @@ const (
 	// freed slot and is acknowledged — below the snapshot, where no restore
 	// will ever look.
 	brokenGCMarkers = false
+
+	// brokenHandoffAck: a handoff that hands the appends still queued over
+	// instead of writing them. Close takes them off the queue and
+	// acknowledges them at the positions they would have taken at the
+	// chain end, then seals that end: acknowledged records no restore will
+	// ever read. (The handoff's order — seal, then release — is not a
+	// broken rule: the next owner seals the chain itself, so releasing
+	// first loses nothing; the simulation runs it with -releasefirst.)
+	brokenHandoffAck = false
 )
 
 // brokenOnly is the panic of the functions below in a release build, where
@@ -99,3 +108,7 @@ func (s *store) trustTypedError(context.Context, string, error) (*File, error) {
 func ackEarly([]*pending, uint64, TxID, Pos) []*pending { panic(brokenOnly) }
 
 func newestFirst([]listed) { panic(brokenOnly) }
+
+func (l *Log) handOverLocked() []*pending { panic(brokenOnly) }
+
+func ackHandedOver([]*pending, uint64, TxID, Pos) { panic(brokenOnly) }

@@ -26,6 +26,7 @@ var (
 	brokenNoTombstones         bool
 	brokenGCNewestFirst        bool
 	brokenGCMarkers            bool
+	brokenHandoffAck           bool
 )
 
 // The switches of broken.go, for the simulation's tests that its checkers
@@ -86,6 +87,10 @@ func SetBrokenGCNewestFirst(on bool) (restore func()) { return set(&brokenGCNewe
 // SetBrokenGCMarkers makes GC delete the seals and tombstones its
 // snapshot covers (broken.go).
 func SetBrokenGCMarkers(on bool) (restore func()) { return set(&brokenGCMarkers, on) }
+
+// SetBrokenHandoffAck makes Close acknowledge the appends still queued
+// without writing them (broken.go).
+func SetBrokenHandoffAck(on bool) (restore func()) { return set(&brokenHandoffAck, on) }
 
 // ForgetStaleLists drops the listings the stale-LIST variants keep.
 func ForgetStaleLists() {
@@ -159,5 +164,29 @@ func ackEarly(batch []*pending, epoch uint64, txid TxID, pos Pos) []*pending {
 func newestFirst(victims []listed) {
 	for l, r := 0, len(victims)-1; l < r; l, r = l+1, r-1 {
 		victims[l], victims[r] = victims[r], victims[l]
+	}
+}
+
+// handOverLocked takes the appends still queued — not yet taken by the
+// writer — off the log, for brokenHandoffAck; l.mu must be held. They
+// count as taken: an appender whose context ends meanwhile hears an
+// unknown outcome, not a refusal.
+func (l *Log) handOverLocked() []*pending {
+	q := l.queueLocked()
+	if l.w != nil {
+		l.w.queue = nil
+	}
+	for _, p := range q {
+		p.taken = true
+	}
+	return q
+}
+
+// ackHandedOver is brokenHandoffAck's answer to the appends handOverLocked
+// took: acknowledged at the positions they would have taken in a file at
+// txid, which nothing writes (the seal goes there).
+func ackHandedOver(q []*pending, epoch uint64, txid TxID, pos Pos) {
+	for i, p := range q {
+		p.done <- outcome{res: Result{Epoch: epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(q)}}
 	}
 }

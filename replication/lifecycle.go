@@ -168,6 +168,10 @@ func (l *Log) close(ctx context.Context) error {
 	// drained the queue and exited, none starts again.
 	l.mu.Lock()
 	l.c.stop = stopClose
+	var handed []*pending
+	if brokenHandoffAck {
+		handed = l.handOverLocked()
+	}
 	cancel, stopped := l.writerLocked()
 	abandoned, aerr := l.state == stateAbandoning, l.err
 	l.mu.Unlock()
@@ -186,6 +190,9 @@ func (l *Log) close(ctx context.Context) error {
 	l.mu.Lock()
 	werr, next, pos, abandoned := l.err, l.next, l.nextPos, l.state == stateAbandoning
 	l.mu.Unlock()
+	if brokenHandoffAck {
+		ackHandedOver(handed, l.epoch, next, pos)
+	}
 	if abandoned {
 		return werr
 	}

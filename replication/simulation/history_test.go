@@ -105,9 +105,10 @@ type history struct {
 	leases     []*leaseRec
 	snaps      []*snapOp
 	gcs        []*gcOp
-	compacted  int          // reads that found their positions compacted and read from a snapshot
-	gcRaces    atomic.Int64 // fencing walks that met a hole GC made and started again
-	violations []string     // found while running (the liveness invariant)
+	compacted  int            // reads that found their positions compacted and read from a snapshot
+	gcRaces    atomic.Int64   // fencing walks that met a hole GC made and started again
+	handoffs   map[string]int // retires by handoffs ("move", "move failed", …) and appends routed again after one
+	violations []string       // found while running (the liveness invariant)
 	trace      []string
 	start      time.Time
 }
@@ -135,6 +136,16 @@ func (h *history) addSnap(s *snapOp) {
 func (h *history) addGC(g *gcOp) {
 	h.mu.Lock()
 	h.gcs = append(h.gcs, g)
+	h.mu.Unlock()
+}
+
+// count adds one to the counter what of the handoffs.
+func (h *history) count(what string) {
+	h.mu.Lock()
+	if h.handoffs == nil {
+		h.handoffs = map[string]int{}
+	}
+	h.handoffs[what]++
 	h.mu.Unlock()
 }
 

@@ -46,11 +46,17 @@ const (
 	opGC       // GC of the cell, by a node or by an out-of-band operator
 	// Lock-only claims, drawn from a stream of their own (see planLocks).
 	opLock // a lock-only claim (deed exec): claim, hold, release; never touches the log
+	// Handoffs, drawn from a stream of their own (see planHandoffs): each
+	// retires a held cell as the daemon does — seal, then release.
+	opMove  // the holder retires the cell and the preferred other live node claims it
+	opDrain // the node retires every cell it holds, which the others claim, and claims none for a while
+	opIdle  // the holder retires the cell if unused for a while; its next append claims it again
 	nKinds
 )
 
 var kindNames = [...]string{"append", "read", "barrier-read", "claim", "forced-claim", "release", "stop",
-	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc", "lock-only"}
+	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc", "lock-only",
+	"move", "drain", "idle-release"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -99,6 +105,15 @@ func (s step) String() string {
 		fmt.Fprintf(&b, " c%d", s.cell)
 	case opLock:
 		fmt.Fprintf(&b, " c%d x%d (force %v) hold %v", s.cell, s.burst, s.operator, s.dur)
+	case opMove:
+		fmt.Fprintf(&b, " c%d", s.cell)
+		if s.burst > 0 {
+			fmt.Fprintf(&b, " under 1+%d appends, the first one's PUT taking %v", s.burst, s.lat)
+		}
+	case opDrain:
+		fmt.Fprintf(&b, " for %v", s.dur)
+	case opIdle:
+		fmt.Fprintf(&b, " c%d if unused for %v", s.cell, s.dur)
 	case fLatency:
 		where := "before"
 		if s.reply {
@@ -132,8 +147,10 @@ func (s step) String() string {
 }
 
 // plan draws the configuration and the whole schedule from the seed before
-// anything runs: the schedule is a pure function of the seed.
-func plan(seed uint64) (simConfig, []step) {
+// anything runs: the schedule is a pure function of the seed (and of
+// handoffs, which leaves the handoffs out: the schedules from before they
+// joined, which the regression seeds replay).
+func plan(seed uint64, handoffs bool) (simConfig, []step) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	cfg := simConfig{
 		nodes: 3 + rng.IntN(3),
@@ -200,7 +217,54 @@ func plan(seed uint64) (simConfig, []step) {
 	}
 	extra, finalGC := planCompaction(seed, cfg, steps)
 	cfg.finalGC = finalGC
-	return cfg, merge(steps, append(extra, planLocks(seed, cfg, steps)...))
+	extra = append(extra, planLocks(seed, cfg, steps)...)
+	if handoffs {
+		extra = append(extra, planHandoffs(seed, cfg, steps)...)
+	}
+	return cfg, merge(steps, extra)
+}
+
+// handoffSeed keys planHandoffs' stream.
+const handoffSeed = 0x4a4d0ff
+
+// planHandoffs draws the handoffs — moves, drains and idle releases — from
+// a stream of their own, so that adding them left every draw of the other
+// streams as it was (the merged schedule, and so the interleavings, still
+// changed). Over the time the main steps span: a move about every 4 s, an
+// idle release about every 6 s, a drain about every 20 s, so that a run
+// holds a few of each among its hundred-odd steps. Half the moves come
+// with appends in flight: one whose PUT is slow, then more queued behind
+// it, when the retire begins — the retire must write them all before it
+// seals (the broken handoff of TestBrokenHandoffAcksUnwritten does not).
+func planHandoffs(seed uint64, cfg simConfig, main []step) []at {
+	rng := rand.New(rand.NewPCG(seed^handoffSeed, 0x4a))
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	var end time.Duration
+	for _, s := range main {
+		end += s.gap
+	}
+	var out []at
+	for _, k := range []struct {
+		kind kind
+		mean int // ms between two steps of the kind, on average
+	}{{opMove, 4000}, {opIdle, 6000}, {opDrain, 20000}} {
+		for t := ms(0, k.mean); t <= end; t += ms(0, 2*k.mean) {
+			s := step{kind: k.kind, node: rng.IntN(cfg.nodes), cell: rng.IntN(cfg.cells)}
+			switch k.kind {
+			case opMove:
+				if rng.IntN(2) == 0 {
+					s.burst = 1 + rng.IntN(3)
+					s.lat = ms(20, 300)
+				}
+			case opIdle:
+				s.dur = ms(100, 3000) // unused for that long: released
+			case opDrain:
+				s.dur = ms(500, 2*int(cfg.ttl/time.Millisecond)) // claims nothing for that long
+			}
+			out = append(out, at{t: t, s: s})
+		}
+	}
+	return out
 }
 
 // lockSeed keys planLocks' stream.

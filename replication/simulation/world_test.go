@@ -26,6 +26,9 @@ type world struct {
 	nodes   []*simNode
 	cells   []string
 	retries int // conditional-write retries by the client (a broken variant)
+	// releaseFirst reverses a handoff's order: release the record, then
+	// seal (see handoff_test.go).
+	releaseFirst bool
 
 	reqTimeout time.Duration // the S3 client's per-request timeout
 	opTimeout  time.Duration // a client operation's deadline
@@ -45,6 +48,9 @@ type world struct {
 	// finalSnap is the snapshot the final restore started from, if any.
 	finalSnap map[string]*replication.Snapshot
 	markers   markerWatch
+	// free holds the cells a handoff retired and nobody claimed since: the
+	// next append to one is routed to its preferred node, which claims it.
+	free map[string]bool
 }
 
 // simNode is a node id; its process may be restarted (new incarnation).
@@ -64,6 +70,7 @@ type simNode struct {
 	replyOp       fakes3.Op // "" = every kind
 	replyDelay    time.Duration
 	replyUntil    time.Time
+	drainUntil    time.Time // while draining the node claims nothing
 }
 
 // slowReply is how long the reply to a request of kind op, just served,
@@ -95,24 +102,34 @@ type incarnation struct {
 type cellLog struct {
 	lease *owner.Lease
 	log   *replication.Log
+	// lastUsed is when (virtual UnixNano) an append or read last went
+	// through this log: the idle release judges by it.
+	lastUsed atomic.Int64
+	// retiring is made when a handoff's retire of the log begins and
+	// closed when it ends; retired says it sealed and released (under
+	// incarnation.mu). See handoff_test.go.
+	retiring chan struct{}
+	retired  bool
 }
 
-func newWorld(seed uint64, retries int) *world {
-	cfg, steps := plan(seed)
+func newWorld(seed uint64, retries int, handoffs bool) *world {
+	cfg, steps := plan(seed, handoffs)
 	w := &world{
-		seed:       seed,
-		cfg:        cfg,
-		steps:      steps,
-		mem:        fakes3.NewMem(),
-		h:          &history{start: time.Now()},
-		retries:    retries,
-		reqTimeout: 2 * time.Second,
-		opTimeout:  2 * cfg.ttl,
-		crashed:    map[string]bool{},
-		final:      map[string][]replication.Record{},
-		finalE:     map[string]error{},
-		files:      map[string][]*replication.File{},
-		finalSnap:  map[string]*replication.Snapshot{},
+		seed:         seed,
+		cfg:          cfg,
+		steps:        steps,
+		mem:          fakes3.NewMem(),
+		h:            &history{start: time.Now()},
+		retries:      retries,
+		releaseFirst: *releaseFirstFlag,
+		reqTimeout:   2 * time.Second,
+		opTimeout:    2 * cfg.ttl,
+		crashed:      map[string]bool{},
+		final:        map[string][]replication.Record{},
+		finalE:       map[string]error{},
+		files:        map[string][]*replication.File{},
+		finalSnap:    map[string]*replication.Snapshot{},
+		free:         map[string]bool{},
 	}
 	for i := range cfg.nodes {
 		w.nodes = append(w.nodes, &simNode{w: w, idx: i, name: fmt.Sprintf("n%d", i)})
@@ -377,6 +394,12 @@ func (w *world) do(i int, s step) {
 		w.goOp(func(ctx context.Context) { w.lockOnly(ctx, i, cell, s) })
 	case opSnapshot:
 		w.goOp(func(ctx context.Context) { w.snapshot(ctx, n, cell, s) })
+	case opMove:
+		w.goOp(func(ctx context.Context) { w.move(ctx, i, n, cell, s) })
+	case opDrain:
+		w.goOp(func(ctx context.Context) { w.drain(ctx, n, s) })
+	case opIdle:
+		w.goOp(func(ctx context.Context) { w.idle(ctx, n, cell, s) })
 	case opGC:
 		// A stalled operator's GC gets its stall on top of the deadline.
 		w.ops.Go(func() {
@@ -471,14 +494,37 @@ func (w *world) holder(n *simNode, cell string) (*incarnation, *cellLog) {
 
 // append appends a record named after its step (unique in the run) and
 // the incarnation that wrote it.
+//
+// As in the daemon, an append that meets a handoff's retire of its cell
+// (it waited while the retire ran, or met the closing log: nothing was
+// written) is routed again — to the new holder, or to the preferred node,
+// which claims the cell — and is one operation in the history, answered
+// by its last try.
 func (w *world) append(ctx context.Context, n *simNode, cell, id string) {
-	inc, cl := w.holder(n, cell)
-	if cl == nil {
+	var a *appendOp
+	var res replication.Result
+	var err error
+	for try := 0; try < maxRoutes; try++ {
+		inc, cl := w.route(ctx, n, cell)
+		if cl == nil {
+			break
+		}
+		if a == nil {
+			a = &appendOp{cell: cell, data: inc.client + ":" + id, call: w.h.now()}
+		}
+		a.inc, a.epoch = inc.id, cl.lease.Epoch()
+		cl.lastUsed.Store(time.Now().UnixNano())
+		res, err = cl.log.Append(ctx, cl.lease, []byte(a.data))
+		if !inc.retiredUnder(ctx, cl, err) {
+			break
+		}
+		w.h.logf("append %s %s e%d met a handoff (%s): routed again", cell, a.data, a.epoch, shortErr(err))
+		w.h.count("append routed again")
+	}
+	if a == nil {
 		return
 	}
-	data := inc.client + ":" + id
-	a := &appendOp{cell: cell, data: data, inc: inc.id, epoch: cl.lease.Epoch(), call: w.h.now()}
-	res, err := cl.log.Append(ctx, cl.lease, []byte(data))
+	data := a.data
 	a.ret, a.out, a.res, a.err = w.h.now(), classify(err), res, err
 	w.h.addAppend(a)
 	if err != nil {
@@ -492,6 +538,9 @@ func (w *world) read(ctx context.Context, n *simNode, cell string, barrier bool)
 	inc, cl := w.holder(n, cell)
 	if inc == nil || cl == nil && barrier {
 		return
+	}
+	if cl != nil {
+		cl.lastUsed.Store(time.Now().UnixNano())
 	}
 	r := &readOp{cell: cell, inc: inc.id, barrier: barrier, src: "read", call: w.h.now()}
 	read := func(after replication.Pos) ([]replication.Record, error) {
@@ -534,7 +583,7 @@ func (w *world) read(ctx context.Context, n *simNode, cell string, barrier bool)
 
 func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) {
 	inc := n.current()
-	if inc == nil || !inc.begin(cell) {
+	if inc == nil || n.draining() || !inc.begin(cell) {
 		return
 	}
 	defer inc.end(cell)
@@ -579,10 +628,15 @@ func (w *world) claim(ctx context.Context, n *simNode, cell string, force bool) 
 		return
 	}
 	w.h.logf("log %s e%d by %s starts at tx %d pos %d", cell, lease.Epoch(), inc.client, lg.Start().Next, lg.Start().NextPos)
+	cl := &cellLog{lease: lease, log: lg}
+	cl.lastUsed.Store(time.Now().UnixNano())
 	inc.mu.Lock()
 	old := inc.logs[cell]
-	inc.logs[cell] = &cellLog{lease: lease, log: lg}
+	inc.logs[cell] = cl
 	inc.mu.Unlock()
+	w.mu.Lock()
+	delete(w.free, cell)
+	w.mu.Unlock()
 	if old != nil { // re-entry superseded it
 		_ = old.log.Close(ctx)
 	}
