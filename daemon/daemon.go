@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,13 @@ type Config struct {
 	// Weight is this node's placement share (0 means 1), advertised in its
 	// node lease.
 	Weight float64
+	// MoveRate bounds the cells the rebalancer hands off per second (0
+	// means DefaultMoveRate; negative turns rebalancing off, drains still
+	// run at DefaultMoveRate).
+	MoveRate float64
+	// PeerTransport carries requests to peers (handoffs); nil means
+	// http.DefaultTransport. Tests put peers in the same process with it.
+	PeerTransport http.RoundTripper
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
@@ -59,6 +67,7 @@ type Daemon struct {
 	closed bool
 
 	events eventRing // recent takeovers, fences, moves: the status page's
+	ho     handoffs  // moves, pins and the drain (handoff.go)
 
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
@@ -145,6 +154,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	d.cancel = cancel
 	d.wg.Add(1)
 	go d.watchNode(wctx, n)
+	d.startRebalancer(wctx)
 	return d, nil
 }
 
@@ -309,6 +319,14 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 			return nil, errcode.Errorf(errcode.CodeUnavailable, "cell %s is being released, or its release failed: retry the release", name)
 		case !force:
 			return c.holding(), nil
+		}
+	}
+	if !force {
+		// A cell this node has just handed off, or any free cell asked of
+		// a draining node, is claimed elsewhere: the request is forwarded.
+		if err := d.movedAway(name); err != nil {
+			d.dropIfEmpty(c)
+			return nil, err
 		}
 	}
 	oldLease, oldLog := c.lease, c.log

@@ -29,6 +29,8 @@ type metrics struct {
 	renewals      *prometheus.CounterVec // result
 	fences        *prometheus.CounterVec // reason
 	nodeLeaseHeld prometheus.Gauge
+	moves         *prometheus.CounterVec // direction: out, in
+	movePushes    *prometheus.CounterVec // result: ok, error
 }
 
 // Label values each series is created with at zero, so that a dashboard or
@@ -47,6 +49,8 @@ var (
 	s3Outcomes      = []string{"ok", "not_found", "precondition", "conflict", "ambiguous", "unavailable", "denied", "unsupported"}
 	renewalResults  = []string{"ok", "error", "replaced", "deleted"}
 	fenceReasons    = []string{"unreachable", "expired", "replaced", "deleted"}
+	moveDirections  = []string{"out", "in"}
+	pushResults     = []string{"ok", "error"}
 )
 
 // newMetrics makes the series; version is deed_build_info's label.
@@ -64,11 +68,13 @@ func newMetrics(version string) *metrics {
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_renewals_total", Help: "Node-lease renewal attempts by result (ok, error, replaced, deleted)."}, []string{"result"})
 	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (unreachable, expired, replaced, deleted)."}, []string{"reason"})
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
+	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_cells_moved_total", Help: "Cells moved between nodes, by direction (out: handed off by this node; in: claimed here on a peer's handoff)."}, []string{"direction"})
+	m.movePushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_move_pushes_total", Help: "Handoff pushes to the target node after a move's release, by result (ok; error: the cell was left free, claimed by the next request)."}, []string{"result"})
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.cellsHeld, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
-		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, buildInfo,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.moves, m.movePushes, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	for _, l := range claimLabels {
@@ -77,7 +83,7 @@ func newMetrics(version string) *metrics {
 	for _, vs := range []struct {
 		vec    *prometheus.CounterVec
 		values []string
-	}{{m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}} {
+	}{{m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.moves, moveDirections}, {m.movePushes, pushResults}} {
 		for _, v := range vs.values {
 			vs.vec.WithLabelValues(v)
 		}
