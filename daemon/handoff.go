@@ -57,10 +57,18 @@ const (
 type handoffs struct {
 	mu     sync.Mutex
 	moved  map[string]movedTo
-	pinned map[string]*owner.Lease // pinned while this lease lives
+	pinned map[string]pin
 
 	draining atomic.Bool
 	kick     chan struct{} // wakes the rebalancer (a drain began)
+}
+
+// pin keeps a cell here against the rebalancer while lease lives: for
+// good (a `deed move`), or until until (a cell just handed in, which is
+// not handed on again before every view has caught up with the move).
+type pin struct {
+	lease *owner.Lease
+	until time.Time // zero: while the lease lives
 }
 
 // movedTo is where a cell went and when.
@@ -94,8 +102,9 @@ func (e *MovedError) ErrorCode() errcode.Code { return errcode.CodeUnavailable }
 func (e *MovedError) MovedTo() (node, addr string) { return e.Node, e.Addr }
 
 // movedAway returns a *MovedError when a claim of cell here would undo a
-// move: the cell was handed off to a node that is still a member within
-// the last TTL, or this node drains and another member is preferred for
+// move: the cell was handed off within the last TTL to a node not since
+// seen dead (one this node has not yet seen at all counts as alive: the
+// target of a push is alive by the pusher's word), or this node drains and another member is preferred for
 // it. nil means the claim may go ahead.
 func (d *Daemon) movedAway(cell string) error {
 	d.ho.mu.Lock()
@@ -109,18 +118,34 @@ func (d *Daemon) movedAway(cell string) error {
 	if !ok && !draining {
 		return nil
 	}
-	others := d.others()
-	if ok && slices.ContainsFunc(others, func(m member) bool { return m.Name == e.to.Name }) {
+	if ok && !d.seenDead(e.to.Name) {
 		return &MovedError{Cell: cell, Node: e.to.Name, Addr: e.to.Addr}
 	}
 	if draining {
-		if m, ok := preferred(cell, others); ok {
+		if m, ok := preferred(cell, d.others()); ok {
 			return &MovedError{Cell: cell, Node: m.Name, Addr: m.Addr, Draining: true}
 		}
 	}
 	// The target is gone, or no other node is there to take it: claiming
 	// here is better than refusing.
 	return nil
+}
+
+// seenDead reports whether this node's view has node, and judges it dead
+// (or cleanly stopped) or draining.
+func (d *Daemon) seenDead(node string) bool {
+	d.mu.Lock()
+	n := d.node
+	d.mu.Unlock()
+	if n == nil {
+		return false
+	}
+	for _, v := range n.Observer().View() {
+		if v.Node == node {
+			return !v.Alive || v.Released || v.Draining
+		}
+	}
+	return false
 }
 
 // others are the placement members but this node.
@@ -164,8 +189,8 @@ func (d *Daemon) expireMovedLocked() {
 			delete(d.ho.moved, k)
 		}
 	}
-	for k, l := range d.ho.pinned {
-		if l.Err() != nil {
+	for k, p := range d.ho.pinned {
+		if p.lease.Err() != nil || (!p.until.IsZero() && !now.Before(p.until)) {
 			delete(d.ho.pinned, k)
 		}
 	}
@@ -175,7 +200,8 @@ func (d *Daemon) expireMovedLocked() {
 func (d *Daemon) pinnedHere(h *holding) bool {
 	d.ho.mu.Lock()
 	defer d.ho.mu.Unlock()
-	return d.ho.pinned[h.name] == h.lease
+	p, ok := d.ho.pinned[h.name]
+	return ok && p.lease == h.lease && (p.until.IsZero() || time.Now().Before(p.until))
 }
 
 // handOff moves cell, held here, to the node to: requests for it wait while
@@ -299,10 +325,10 @@ func (d *Daemon) takeHandoff(w http.ResponseWriter, r *http.Request) {
 	writeJSONStatus(w, http.StatusOK, client.Claim{Cell: h.name, Node: d.cfg.Node, Epoch: h.lease.Epoch()})
 }
 
-// claimHere claims cell for a move to this node (pin: against this node's
-// rebalancer while the lease lives). A move back here undoes this node's
+// claimHere claims cell for a move to this node (pinned: against this
+// node's rebalancer while the lease lives). A move back here undoes this node's
 // own earlier "moved away" note. A draining node refuses (DEED-E011).
-func (d *Daemon) claimHere(ctx context.Context, cell string, pin bool) (*holding, error) {
+func (d *Daemon) claimHere(ctx context.Context, cell string, pinned bool) (*holding, error) {
 	if d.ho.draining.Load() {
 		return nil, errcode.Errorf(errcode.CodeUnavailable, "node %s is draining: it takes no cells", d.cfg.Node)
 	}
@@ -311,14 +337,20 @@ func (d *Daemon) claimHere(ctx context.Context, cell string, pin bool) (*holding
 	if err != nil {
 		return nil, err
 	}
-	if pin {
-		d.ho.mu.Lock()
-		if d.ho.pinned == nil {
-			d.ho.pinned = map[string]*owner.Lease{}
-		}
-		d.ho.pinned[cell] = h.lease
-		d.ho.mu.Unlock()
+	// Not pinned, a cell handed in still stays a TTL: the pusher's view of
+	// the fleet may be ahead of this node's (a peer that began to drain,
+	// or joined, and whose lease this node has not read yet), and sending
+	// it back at once would undo the move, or fail and leave it free.
+	p := pin{lease: h.lease}
+	if !pinned {
+		p.until = time.Now().Add(d.cfg.TTL)
 	}
+	d.ho.mu.Lock()
+	if d.ho.pinned == nil {
+		d.ho.pinned = map[string]pin{}
+	}
+	d.ho.pinned[cell] = p
+	d.ho.mu.Unlock()
 	return h, nil
 }
 
