@@ -118,6 +118,13 @@ func (h *holding) retiredUnder(err error) bool {
 	if !errors.Is(err, replication.ErrClosed) && errcode.CodeOf(err) != errcode.CodeReleased {
 		return false
 	}
+	// A lease released here was retired (retire is the only release but
+	// the node's close, whose retry meets the closing node): the identity
+	// check alone misses a lease retired, claimed anew and retired again
+	// (a cell moved away and back) before this request looked.
+	if errcode.CodeOf(h.lease.Err()) == errcode.CodeReleased {
+		return true
+	}
 	h.c.mu.Lock()
 	defer h.c.mu.Unlock()
 	return h.c.retired == h.lease
@@ -324,7 +331,7 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 	if !force {
 		// A cell this node has just handed off, or any free cell asked of
 		// a draining node, is claimed elsewhere: the request is forwarded.
-		if err := d.movedAway(name); err != nil {
+		if err := d.movedAway(ctx, name); err != nil {
 			d.dropIfEmpty(c)
 			return nil, err
 		}

@@ -71,10 +71,15 @@ type pin struct {
 	until time.Time // zero: while the lease lives
 }
 
-// movedTo is where a cell went and when.
+// movedTo is where a cell went and when. pushed is closed when the push
+// to the target has been answered: until then a request that waited on
+// the cell here waits on, so that it reaches the target after the target
+// has claimed the cell (and forgotten any move of its own the other way),
+// never before.
 type movedTo struct {
-	to member
-	at time.Time
+	to     member
+	at     time.Time
+	pushed chan struct{}
 }
 
 // MovedError answers a request for a cell this node does not take: it has
@@ -106,14 +111,24 @@ func (e *MovedError) MovedTo() (node, addr string) { return e.Node, e.Addr }
 // seen dead (one this node has not yet seen at all counts as alive: the
 // target of a push is alive by the pusher's word), or this node drains and another member is preferred for
 // it. nil means the claim may go ahead.
-func (d *Daemon) movedAway(cell string) error {
+func (d *Daemon) movedAway(ctx context.Context, cell string) error {
 	d.ho.mu.Lock()
 	e, ok := d.ho.moved[cell]
-	if ok && time.Since(e.at) >= d.cfg.TTL {
-		delete(d.ho.moved, cell)
-		ok = false
-	}
 	d.ho.mu.Unlock()
+	if ok {
+		select {
+		case <-e.pushed:
+		case <-ctx.Done():
+			return errcode.Errorf(errcode.CodeUnavailable, "cell %s: gave up waiting for its move to node %s: %v; nothing was written", cell, e.to.Name, ctx.Err())
+		}
+		d.ho.mu.Lock()
+		e, ok = d.ho.moved[cell] // gone if the push failed: the cell is free
+		if ok && time.Since(e.at) >= d.cfg.TTL {
+			delete(d.ho.moved, cell)
+			ok = false
+		}
+		d.ho.mu.Unlock()
+	}
 	draining := d.ho.draining.Load()
 	if !ok && !draining {
 		return nil
@@ -154,29 +169,71 @@ func (d *Daemon) others() []member {
 	return slices.DeleteFunc(ms, func(m member) bool { return m.Name == d.cfg.Node })
 }
 
-// noteMoved remembers that cell is being handed to to.
-func (d *Daemon) noteMoved(cell string, to member) {
+// noteMoved remembers that cell is being handed to to; false when a move
+// of cell is already under way here.
+func (d *Daemon) noteMoved(cell string, to member) bool {
 	d.ho.mu.Lock()
 	defer d.ho.mu.Unlock()
 	if d.ho.moved == nil {
 		d.ho.moved = map[string]movedTo{}
 	}
+	if e, ok := d.ho.moved[cell]; ok && !e.finished() {
+		return false
+	}
 	if _, ok := d.ho.moved[cell]; !ok && len(d.ho.moved) >= maxMoved {
 		d.expireMovedLocked()
-		for k := range d.ho.moved {
+		for k, e := range d.ho.moved {
 			if len(d.ho.moved) < maxMoved {
 				break
 			}
+			e.finish()
 			delete(d.ho.moved, k)
 		}
 	}
-	d.ho.moved[cell] = movedTo{to: to, at: time.Now()}
+	d.ho.moved[cell] = movedTo{to: to, at: time.Now(), pushed: make(chan struct{})}
+	return true
 }
 
-// forgetMoved undoes noteMoved (the retire failed: the cell stays here).
+// finished reports whether e's push has ended; d.ho.mu is held.
+func (e movedTo) finished() bool {
+	select {
+	case <-e.pushed:
+		return true
+	default:
+		return false
+	}
+}
+
+// finish ends e's push, once; d.ho.mu is held.
+func (e movedTo) finish() {
+	if !e.finished() {
+		close(e.pushed)
+	}
+}
+
+// pushedMoved records the push's end: requests waiting in movedAway go
+// on, to the target (ok) or to claim the free cell (not ok).
+func (d *Daemon) pushedMoved(cell string, ok bool) {
+	d.ho.mu.Lock()
+	defer d.ho.mu.Unlock()
+	e, found := d.ho.moved[cell]
+	if !found {
+		return
+	}
+	if !ok {
+		delete(d.ho.moved, cell)
+	}
+	e.finish()
+}
+
+// forgetMoved undoes noteMoved: the retire failed and the cell stays
+// here, or the cell is handed back here.
 func (d *Daemon) forgetMoved(cell string) {
 	d.ho.mu.Lock()
-	delete(d.ho.moved, cell)
+	if e, ok := d.ho.moved[cell]; ok {
+		delete(d.ho.moved, cell)
+		e.finish()
+	}
 	d.ho.mu.Unlock()
 }
 
@@ -185,12 +242,15 @@ func (d *Daemon) forgetMoved(cell string) {
 func (d *Daemon) expireMovedLocked() {
 	now := time.Now()
 	for k, e := range d.ho.moved {
+		if !e.finished() {
+			continue // still in flight: its handOff ends it
+		}
 		if now.Sub(e.at) >= d.cfg.TTL {
 			delete(d.ho.moved, k)
 		}
 	}
 	for k, p := range d.ho.pinned {
-		if p.lease.Err() != nil || (!p.until.IsZero() && !now.Before(p.until)) {
+		if p.lease != nil && (p.lease.Err() != nil || (!p.until.IsZero() && !now.Before(p.until))) {
 			delete(d.ho.pinned, k)
 		}
 	}
@@ -201,7 +261,7 @@ func (d *Daemon) pinnedHere(h *holding) bool {
 	d.ho.mu.Lock()
 	defer d.ho.mu.Unlock()
 	p, ok := d.ho.pinned[h.name]
-	return ok && p.lease == h.lease && (p.until.IsZero() || time.Now().Before(p.until))
+	return ok && (p.lease == nil || p.lease == h.lease) && (p.until.IsZero() || time.Now().Before(p.until))
 }
 
 // handOff moves cell, held here, to the node to: requests for it wait while
@@ -216,7 +276,9 @@ func (d *Daemon) pinnedHere(h *holding) bool {
 // by whichever node the next request for it reaches first, which routing
 // makes its preferred node. The error says so; nothing is lost either way.
 func (d *Daemon) handOff(ctx context.Context, cell string, to member, pinned bool) (client.Claim, error) {
-	d.noteMoved(cell, to)
+	if !d.noteMoved(cell, to) {
+		return client.Claim{}, errcode.Errorf(errcode.CodeUnavailable, "move %s to %s: a move of this cell is already under way", cell, to.Name)
+	}
 	if _, err := d.retire(ctx, cell, "move"); err != nil {
 		d.forgetMoved(cell)
 		return client.Claim{}, fmt.Errorf("move %s to %s: %w", cell, to.Name, err)
@@ -231,6 +293,7 @@ func (d *Daemon) handOff(ctx context.Context, cell string, to member, pinned boo
 		detail = "out, pinned"
 	}
 	got, err := d.pushHandoff(ctx, cell, to, pinned, hint)
+	d.pushedMoved(cell, err == nil)
 	if err != nil {
 		d.m.movePushes.WithLabelValues("error").Inc()
 		d.events.add(Event{Kind: "move", Cell: cell, Node: to.Name, Detail: detail + "; push failed, cell left free"})
@@ -333,8 +396,16 @@ func (d *Daemon) claimHere(ctx context.Context, cell string, pinned bool) (*hold
 		return nil, errcode.Errorf(errcode.CodeUnavailable, "node %s is draining: it takes no cells", d.cfg.Node)
 	}
 	d.forgetMoved(cell)
+	// The pin is in place before the claim, so that no rebalancer round
+	// sees the cell held and unpinned in between (lease nil: pending).
+	d.setPin(cell, pin{})
 	h, err := d.acquire(ctx, cell, false)
 	if err != nil {
+		d.ho.mu.Lock()
+		if p, ok := d.ho.pinned[cell]; ok && p.lease == nil {
+			delete(d.ho.pinned, cell)
+		}
+		d.ho.mu.Unlock()
 		return nil, err
 	}
 	// Not pinned, a cell handed in still stays a TTL: the pusher's view of
@@ -345,13 +416,17 @@ func (d *Daemon) claimHere(ctx context.Context, cell string, pinned bool) (*hold
 	if !pinned {
 		p.until = time.Now().Add(d.cfg.TTL)
 	}
+	d.setPin(cell, p)
+	return h, nil
+}
+
+func (d *Daemon) setPin(cell string, p pin) {
 	d.ho.mu.Lock()
+	defer d.ho.mu.Unlock()
 	if d.ho.pinned == nil {
 		d.ho.pinned = map[string]pin{}
 	}
 	d.ho.pinned[cell] = p
-	d.ho.mu.Unlock()
-	return h, nil
 }
 
 // moveCell serves POST /v1/cells/{cell}/move?to=NODE: hand the cell, held
@@ -593,6 +668,9 @@ func (d *Daemon) moveRound(ctx context.Context, key string, draining bool, rate 
 		}
 		if draining != d.ho.draining.Load() {
 			break
+		}
+		if h := d.held(mv.cell); h == nil || (!draining && d.pinnedHere(h)) {
+			continue // gone meanwhile, or pinned since the plan was made
 		}
 		select {
 		case sem <- struct{}{}:
