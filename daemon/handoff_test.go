@@ -506,3 +506,27 @@ func TestPinnedMoveIsNotMovedBack(t *testing.T) {
 		}
 	})
 }
+
+// An append refused by a lease that a retire released is retried even when
+// the cell has been claimed and retired again since (moved away and back),
+// so that the cell's entry no longer names that lease as the last retired.
+func TestAppendOnLeaseRetiredTwiceIsRetried(t *testing.T) {
+	d := openTestDaemon(t, fakes3.NewMem(), 3*time.Second)
+	h, err := d.acquire(t.Context(), "c", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.retire(t.Context(), "c", "test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.log.Append(t.Context(), h.lease, []byte("x"))
+	if err == nil {
+		t.Fatal("append on a retired log succeeded")
+	}
+	h.c.mu.Lock()
+	h.c.retired = nil // a later lease of the cell was retired since
+	h.c.mu.Unlock()
+	if !h.retiredUnder(err) {
+		t.Fatalf("append refused by a retired lease (%v) is not retried", err)
+	}
+}
