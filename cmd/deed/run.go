@@ -37,6 +37,7 @@ type runFlags struct {
 	fenceExit    bool
 	drainTimeout time.Duration
 	maxConns     int
+	moveRate     float64
 
 	// embedded asks for the embedded store by name (--embedded-store).
 	embedded bool
@@ -108,6 +109,7 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.IntVar(&rf.maxLimit, "max-limit", 1000, "largest ?limit of a read")
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
+	f.Float64Var(&rf.moveRate, "move-rate", daemon.DefaultMoveRate, "most cells this node hands off per second to the nodes now preferred for them (a join, a drain); 0 or less: it moves none by itself (drains still run, at the default)")
 	f.IntVar(&rf.maxConns, "max-conns", daemon.DefaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
 	f.BoolVar(&rf.embedded, "embedded-store", false, "use the embedded store even though --node, --advertise or a non-loopback --listen say this node may have peers (they would not share it)")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve the API over HTTPS with this PEM certificate (chain); reloaded when it changes and on SIGHUP")
@@ -185,7 +187,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	defer closeStore()
 
 	v, _ := buildVersion()
-	d, err := openDaemon(ctx, daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v}, b, cfg.log)
+	d, err := openDaemon(ctx, daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v, MoveRate: moveRateConfig(rf.moveRate)}, b, cfg.log)
 	if err != nil {
 		stopEarly()
 		return err
@@ -334,4 +336,13 @@ func printRunBanner(cfg *config, rf runFlags, api, where string) {
 		fmt.Fprintf(w, "it stops with this daemon: for several nodes on this machine, share 'deed fakes3 --dir DIR' instead\n")
 	}
 	fmt.Fprintf(w, "stop with Ctrl-C: cells are sealed and released, peers can claim them at once\n")
+}
+
+// moveRateConfig maps --move-rate to daemon.Config.MoveRate, where 0 means
+// the default: on the command line 0 turns rebalancing off.
+func moveRateConfig(flag float64) float64 {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }
