@@ -588,3 +588,62 @@ func TestMoveUnavailabilityRTT(t *testing.T) {
 		}
 	})
 }
+
+// A 4th node joins a fleet of three that holds cells with records: within
+// a minute it holds about its share (each cell is on its preferred node),
+// and every record is still in every cell's log.
+func TestJoinTakesAShareWithinAMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		f := newTestFleet()
+		const ttl = 3 * time.Second
+		ds := []*Daemon{f.open(t, m, "n1", ttl, 0), f.open(t, m, "n2", ttl, 0), f.open(t, m, "n3", ttl, 0)}
+		time.Sleep(ttl)
+		cells := cellNames(400)
+		for i, c := range cells {
+			d := ds[i%3]
+			h, err := d.acquire(t.Context(), c, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.log.Append(t.Context(), h.lease, []byte("rec-"+c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(ttl) // the three settle: each cell on its preferred node of three
+		synctest.Wait()
+		joined := time.Now()
+		ds = append(ds, f.open(t, m, "n4", ttl, 0))
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		var ms []member
+		for _, d := range ds {
+			ms = append(ms, member{Name: d.cfg.Node, Addr: d.cfg.Advertise, Weight: 1})
+		}
+		held := heldBy(cells, ds...)
+		count := map[string]int{}
+		for _, c := range cells {
+			p, _ := preferred(c, ms)
+			if held[c] != p.Name {
+				t.Errorf("cell %s held by %q a minute after the join, want its preferred node %s", c, held[c], p.Name)
+			}
+			count[held[c]]++
+		}
+		if n := count["n4"]; n < len(cells)/4*2/3 {
+			t.Errorf("the joiner holds %d of %d cells, well under its share", n, len(cells))
+		}
+		var lastIn time.Time
+		for _, e := range ds[3].events.recent() {
+			if e.Kind == "move" && e.At.After(lastIn) {
+				lastIn = e.At
+			}
+		}
+		for _, c := range cells {
+			recs, err := replication.Read(t.Context(), m, c, 0, 10)
+			if err != nil || len(recs) != 1 || string(recs[0].Data) != "rec-"+c {
+				t.Errorf("cell %s after the moves: %v, %v", c, recs, err)
+			}
+		}
+		t.Logf("held after the join: %v; the last cell reached n4 %v after it joined", count, lastIn.Sub(joined))
+	})
+}
