@@ -47,7 +47,7 @@ DEED-E011 (exit 1) when the move could not be made (the daemons run without
 a fleet secret, NODE did not claim the cell: then it is released and free,
 and the next request claims it).`,
 		Example: `  deed move tenant-42 --to web-2 --token-file /etc/deed/token`,
-		Args: cobra.ExactArgs(1),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			cell := args[0]
