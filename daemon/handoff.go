@@ -669,6 +669,9 @@ func (d *Daemon) moveRound(ctx context.Context, key string, draining bool, rate 
 		if draining != d.ho.draining.Load() {
 			break
 		}
+		if _, err := d.currentNode(); err != nil {
+			break // closing (Close drains the cells itself) or fenced
+		}
 		if h := d.held(mv.cell); h == nil || (!draining && d.pinnedHere(h)) {
 			continue // gone meanwhile, or pinned since the plan was made
 		}
