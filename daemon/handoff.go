@@ -582,7 +582,7 @@ func (d *Daemon) startRebalancer(ctx context.Context) {
 // (pinned ones too) to its preferred node among the others, and does not
 // wait for a stable view: the draining node's own set changes by design.
 func (d *Daemon) rebalance(ctx context.Context) {
-	var last string
+	var view steadiness
 	for {
 		select {
 		case <-ctx.Done():
@@ -592,7 +592,7 @@ func (d *Daemon) rebalance(ctx context.Context) {
 		}
 		n, err := d.currentNode()
 		if err != nil {
-			last = ""
+			view = steadiness{}
 			continue
 		}
 		draining := d.ho.draining.Load()
@@ -600,9 +600,9 @@ func (d *Daemon) rebalance(ctx context.Context) {
 		d.ho.mu.Lock()
 		d.expireMovedLocked()
 		d.ho.mu.Unlock()
-		key := memberKey(d.members())
-		stable := key == last
-		last = key
+		ms := d.members()
+		key := memberKey(ms)
+		stable := view.steady(ms)
 		rate := d.cfg.MoveRate
 		switch {
 		case draining:
@@ -616,6 +616,19 @@ func (d *Daemon) rebalance(ctx context.Context) {
 		}
 		d.moveRound(ctx, key, draining, rate)
 	}
+}
+
+// steadiness is the rebalancer's rule against moving on a shaky view: a
+// member set is steady when it is the one seen at the previous look.
+type steadiness struct{ last *string }
+
+// steady records ms as this look's set and reports whether the previous
+// look saw the same.
+func (s *steadiness) steady(ms []member) bool {
+	key := memberKey(ms)
+	same := s.last != nil && *s.last == key
+	s.last = &key
+	return same
 }
 
 // memberKey identifies a member set, whatever its order.

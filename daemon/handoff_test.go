@@ -647,3 +647,31 @@ func TestJoinTakesAShareWithinAMinute(t *testing.T) {
 		t.Logf("held after the join: %v; the last cell reached n4 %v after it joined", count, lastIn.Sub(joined))
 	})
 }
+
+// The rebalancer acts on a member set only when the look before saw the
+// same one: a node seen in one listing and gone in the next (or a listing
+// that came late) moves nothing; a join is acted on one look later.
+func TestRebalancerWaitsForASteadyView(t *testing.T) {
+	a := member{Name: "a", Addr: "http://a", Weight: 1}
+	b := member{Name: "b", Addr: "http://b", Weight: 1}
+	b2 := member{Name: "b", Addr: "http://b", Weight: 2}
+	looks := []struct {
+		ms   []member
+		want bool
+	}{
+		{[]member{a}, false},     // the first look: nothing to compare with
+		{[]member{a}, true},      // steady
+		{[]member{a, b}, false},  // b appears
+		{[]member{a}, false},     // and is gone again: nothing moved either way
+		{[]member{a, b}, false},  // b is back
+		{[]member{b, a}, true},   // seen twice (order does not matter): act
+		{[]member{a, b2}, false}, // b's weight changed
+		{[]member{a, b2}, true},
+	}
+	var s steadiness
+	for i, l := range looks {
+		if got := s.steady(l.ms); got != l.want {
+			t.Errorf("look %d (%v): steady %v, want %v", i, l.ms, got, l.want)
+		}
+	}
+}
