@@ -109,8 +109,10 @@ func (e *MovedError) MovedTo() (node, addr string) { return e.Node, e.Addr }
 // movedAway returns a *MovedError when a claim of cell here would undo a
 // move: the cell was handed off within the last TTL to a node not since
 // seen dead (one this node has not yet seen at all counts as alive: the
-// target of a push is alive by the pusher's word), or this node drains and another member is preferred for
-// it. nil means the claim may go ahead.
+// target of a push is alive by the pusher's word), or this node drains
+// and another member is preferred for it. A request that comes while the
+// push is under way waits for its answer first. nil means the claim may go
+// ahead.
 func (d *Daemon) movedAway(ctx context.Context, cell string) error {
 	d.ho.mu.Lock()
 	e, ok := d.ho.moved[cell]
