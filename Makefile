@@ -6,6 +6,9 @@
 #   make test-s3  the same, plus every S3 table against versitygw (installed on first use)
 #   make test-stores  the store tables and the end-to-end scenarios on gs:// and az://
 #                 against fake-gcs-server and Azurite (installed on first use)
+#   make test-browser  the status page of a 3-node fleet in headless Chromium
+#                 (Debian's chromium installed on first use; browsertest/ is
+#                 its own Go module)
 #   make lint     gofmt + go vet
 #   make bench    benchmarks only
 #   make bench-peers  deed, Litestream's S3 leaser and sets3lock side by side
@@ -42,7 +45,7 @@ AZURITE := $(AZURITE_DIR)/node_modules/azurite/dist/src/blob/main.js
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-s3 versitygw test-stores fakegcs azurite lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
+.PHONY: build test test-s3 versitygw test-stores fakegcs azurite test-browser lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -120,6 +123,26 @@ test-stores: fakegcs azurite
 	DEED_FAKEGCS='$(FAKEGCS)' DEED_AZURITE='$(AZURITE)' $(GO) test -race -count=1 \
 		-run 'TestContract|TestProbeS3Targets|TestOwnershipOverS3|TestScenariosOverS3|TestE2EStores' \
 		./bucket/... ./owner ./replication ./cmd/deed
+
+# test-browser: three `deed run` daemons on one `deed fakes3`, and node-1's
+# status page (GET /) loaded in headless Chromium, driven by chromedp: it
+# must show the three nodes and the node's cells, with no console error,
+# exception, or failed request. Debian's chromium is installed when it is
+# not on PATH (apt-get; through sudo when not root); if it cannot be, the
+# test skips, except under CI=true, where it fails. browsertest/ is a Go
+# module of its own, so the browser driver never becomes deed's dependency.
+# DEED_BROWSER_SCREENSHOT=/tmp/page.png saves a picture of the page.
+test-browser: build
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "installing chromium (Debian package)"; start=$$(date +%s); \
+		if $$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium; then \
+			echo "chromium installed in $$(( $$(date +%s) - start ))s"; \
+		else \
+			echo "chromium could not be installed"; \
+		fi; \
+	fi
+	cd browsertest && DEED_BIN='$(abspath $(BIN))' $(GO) test -count=1 -v ./...
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l: these files need formatting:"; echo "$$out"; exit 1; fi

@@ -39,7 +39,8 @@ type APIConfig struct {
 }
 
 // Handler is the daemon's HTTP API, bounded and guarded by Config.API:
-// /healthz, /readyz, /metrics and /v1/cells/....
+// /healthz, /readyz, /metrics, /v1/cells/..., and the status page (/ and
+// /v1/status).
 func (d *Daemon) Handler() http.Handler { return d.handler(d.cfg.API) }
 
 // handler builds the daemon's HTTP API with cfg.
@@ -66,6 +67,8 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
 	mux.HandleFunc("DELETE /v1/node/drain", d.drainNode(false))
+	mux.HandleFunc("GET /{$}", d.serveStatusPage)
+	mux.HandleFunc("GET /v1/status", d.serveStatusJSON)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := allowedMethods(mux, r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))

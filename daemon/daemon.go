@@ -173,7 +173,12 @@ func (d *Daemon) newNode() (*owner.Node, error) {
 		// write, where the epoch fence refuses it (DEED-E021).
 		WatchInterval: -1,
 		Hooks: owner.Hooks{
-			Claim: func(_, result, reason string) { d.m.observeClaim(result, reason) },
+			Claim: func(cell, result, reason string) {
+				d.m.observeClaim(result, reason)
+				if isTakeover(result, reason) {
+					d.events.add(Event{Kind: "takeover", Cell: cell, Detail: reason})
+				}
+			},
 			Renew: func(result string) { d.m.renewals.WithLabelValues(result).Inc() },
 			Fence: func(reason string) {
 				d.m.fences.WithLabelValues(reason).Inc()

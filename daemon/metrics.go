@@ -106,7 +106,7 @@ func (m *metrics) observeClaim(result, reason string) {
 		reason = "none"
 	}
 	m.claims.WithLabelValues(result, reason).Inc()
-	if result == "ok" && (reason == "owner-dead" || reason == "forced") {
+	if isTakeover(result, reason) {
 		m.takeovers.WithLabelValues(reason).Inc()
 	}
 }

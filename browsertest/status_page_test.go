@@ -1,0 +1,414 @@
+package browsertest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// The fleet: three `deed run` daemons on one `deed fakes3` store, each with
+// its own node id, seeing each other through their node leases.
+var nodes = []string{"node-1", "node-2", "node-3"}
+
+// cellsOf are the cells each node appends to, so it holds them.
+var cellsOf = map[string][]string{
+	"node-1": {"alpha", "beta"},
+	"node-2": {"gamma"},
+	"node-3": {"delta"},
+}
+
+// TestStatusPageInBrowser loads node-1's status page in headless Chromium
+// and checks that it shows the three nodes and node-1's cells (including
+// one it took over from node-2 by force, which is on the page as a
+// takeover), and that the browser saw no console error, no exception, no
+// failed request and no answer of 400 or more.
+func TestStatusPageInBrowser(t *testing.T) {
+	chrome := chromiumPath(t)
+	deed := deedBinary(t)
+
+	store := freeAddr(t)
+	dir := t.TempDir()
+	start(t, deed, nil, "fakes3", "--listen", store, "--bucket", "browser", "--dir", dir)
+	waitTCP(t, store)
+	env := append(storeCredentials(t, filepath.Join(dir, "credentials.env")),
+		"DEED_BUCKET=s3://browser/fleet", "DEED_ENDPOINT=http://"+store, "AWS_REGION=us-east-1")
+
+	urls := map[string]string{}
+	for _, n := range nodes {
+		addr := freeAddr(t)
+		start(t, deed, env, "run", "--node", n, "--listen", addr, "--ttl", "3s")
+		urls[n] = "http://" + addr
+	}
+	for _, n := range nodes {
+		waitReady(t, urls[n])
+	}
+	for _, n := range nodes {
+		for _, c := range cellsOf[n] {
+			post(t, urls[n]+"/v1/cells/"+c+"/append", "hello from "+n)
+		}
+	}
+	// node-1 takes gamma from node-2: a takeover on node-1's page.
+	post(t, urls["node-1"]+"/v1/cells/gamma/claim?force=true", "")
+	want := append(append([]string{}, cellsOf["node-1"]...), "gamma")
+	// The cell counts are the ones the nodes' leases advertised at their
+	// last renewal (node-2 learns of the takeover only at its next write
+	// to gamma, so its count is left out).
+	counts := map[string]int{"node-1": len(want), "node-3": len(cellsOf["node-3"])}
+	waitFleetSeen(t, urls["node-1"], counts)
+
+	var seen problems
+	alloc, cancel := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	// The first Do starts the browser and opens the tab, so that the
+	// listener is there before the page loads.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", chrome, err)
+	}
+	if err := chromedp.Listen(ctx, seen.record); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(urls["node-1"]+"/"), chromedp.WaitVisible(chromedp.ID("nodes"))); err != nil {
+		t.Fatalf("load the status page: %v", err)
+	}
+	text := func(id string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+		if err != nil {
+			t.Fatalf("text of #%s: %v", id, err)
+		}
+		return s
+	}
+	title, err := chromedp.Run(ctx, chromedp.Title())
+	if err != nil || !strings.Contains(title, "node-1") {
+		t.Errorf("title %q (%v), want it to name node-1", title, err)
+	}
+	nodeTable := text("nodes")
+	for _, n := range nodes {
+		if !strings.Contains(nodeTable, n) || !strings.Contains(nodeTable, urls[n]) {
+			t.Errorf("the nodes table lacks %s at %s:\n%s", n, urls[n], nodeTable)
+		}
+	}
+	if strings.Count(nodeTable, "alive") != len(nodes) {
+		t.Errorf("the nodes table does not show %d nodes alive:\n%s", len(nodes), nodeTable)
+	}
+	for n, c := range counts {
+		row := strings.Fields(text("node-" + n))
+		if len(row) == 0 || row[len(row)-1] != fmt.Sprint(c) {
+			t.Errorf("the row of %s is %q, want %d cells held last", n, row, c)
+		}
+	}
+	cellTable := text("cells")
+	for _, c := range want {
+		if !strings.Contains(cellTable, c) {
+			t.Errorf("the cells table lacks %s:\n%s", c, cellTable)
+		}
+	}
+	if strings.Contains(cellTable, "delta") {
+		t.Errorf("the cells table of node-1 lists node-3's cell delta:\n%s", cellTable)
+	}
+	if events := text("events"); !strings.Contains(events, "takeover") || !strings.Contains(events, "gamma") {
+		t.Errorf("the events table lacks the takeover of gamma:\n%s", events)
+	}
+	// A link of the nodes table leads to that node's own page.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#nodes a[href="`+urls["node-3"]+`"]`))); err != nil {
+		t.Fatalf("follow the link to node-3: %v", err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		got, err := chromedp.Run(ctx, chromedp.Title())
+		if err != nil || !strings.Contains(got, "node-3") {
+			return fmt.Sprintf("the link to node-3 led to the page %q (%v)", got, err)
+		}
+		return ""
+	})
+	if out := os.Getenv("DEED_BROWSER_SCREENSHOT"); out != "" {
+		if err := chromedp.Do(ctx, chromedp.Navigate(urls["node-1"]+"/"), chromedp.WaitVisible(chromedp.ID("nodes"))); err != nil {
+			t.Fatal(err)
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: a PNG
+		if err == nil {
+			err = os.WriteFile(out, png, 0o644)
+		}
+		if err != nil {
+			t.Errorf("screenshot: %v", err)
+		}
+	}
+	// Events arrive before the answer of the command that caused them, so
+	// every message of the loads above is in by now.
+	for _, p := range seen.list() {
+		t.Errorf("browser: %s", p)
+	}
+}
+
+// problems are what the browser reported that a clean page never causes.
+type problems struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+// record runs on the tab's event loop: it must be quick and call nothing.
+func (p *problems) record(ev any) {
+	var msg string
+	switch e := ev.(type) {
+	case *runtime.EventConsoleAPICalled:
+		if e.Type == runtime.ConsoleAPICalledTypeError || e.Type == runtime.ConsoleAPICalledTypeAssert {
+			var args []string
+			for _, a := range e.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			msg = fmt.Sprintf("console.%s: %s", e.Type, strings.Join(args, " "))
+		}
+	case *runtime.EventExceptionThrown:
+		msg = "exception: " + e.ExceptionDetails.Text
+		if e.ExceptionDetails.Exception != nil {
+			msg += " " + e.ExceptionDetails.Exception.Description
+		}
+	case *log.EventEntryAdded:
+		if e.Entry.Level == log.EntryLevelError {
+			msg = fmt.Sprintf("log (%s): %s %s", e.Entry.Source, e.Entry.Text, e.Entry.URL)
+		}
+	case *network.EventLoadingFailed:
+		msg = fmt.Sprintf("request failed: %s %s (blocked: %q)", e.Type, e.ErrorText, e.BlockedReason)
+	case *network.EventResponseReceived:
+		if e.Response.Status >= 400 {
+			msg = fmt.Sprintf("answer %d for %s", e.Response.Status, e.Response.URL)
+		}
+	}
+	if msg == "" {
+		return
+	}
+	p.mu.Lock()
+	p.errs = append(p.errs, msg)
+	p.mu.Unlock()
+}
+
+func (p *problems) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.errs...)
+}
+
+// chromiumPath finds Debian's chromium (which `make test-browser`
+// installs). Without it the test is skipped, unless it runs in CI
+// (CI=true), where a missing browser fails it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no chromium on PATH; in CI the browser test must run (make test-browser installs it)")
+	}
+	t.Skip("no chromium on PATH: `make test-browser` installs Debian's chromium, or apt-get install chromium")
+	return ""
+}
+
+// deedBinary is $DEED_BIN (make test-browser builds it), else a fresh
+// build of ../cmd/deed.
+func deedBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("DEED_BIN"); p != "" {
+		return p
+	}
+	out := filepath.Join(t.TempDir(), "deed")
+	cmd := exec.Command("go", "-C", "..", "build", "-o", out, "./cmd/deed")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/deed: %v\n%s", err, b)
+	}
+	return out
+}
+
+// start runs deed with args, and kills it (by its PID) when the test ends,
+// logging its output if the test failed.
+func start(t *testing.T, bin string, env []string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("deed %s:\n%s", strings.Join(args, " "), out.String())
+		}
+	})
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// storeCredentials reads the environment lines (export K=V) of the
+// credentials file `deed fakes3 --dir` writes before it listens.
+func storeCredentials(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var env []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if kv, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export "); ok {
+			env = append(env, kv)
+		}
+	}
+	if len(env) == 0 {
+		t.Fatalf("no credentials in %s", path)
+	}
+	return env
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// eventually calls f every 100ms until it returns "" or limit passes, and
+// fails the test with f's last complaint.
+func eventually(t *testing.T, limit time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", limit, msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func waitTCP(t *testing.T, addr string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return fmt.Sprintf("%s does not accept connections: %v", addr, err)
+		}
+		c.Close()
+		return ""
+	})
+}
+
+func get(url string) (int, []byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		st, b, err := get(base + "/readyz")
+		if err != nil || st != 200 {
+			return fmt.Sprintf("%s/readyz: %d %s %v", base, st, b, err)
+		}
+		return ""
+	})
+}
+
+func post(t *testing.T, url, body string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/octet-stream", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, b)
+	}
+}
+
+// waitFleetSeen waits until base's /v1/status shows every node alive, and
+// the nodes of counts with those cell counts (a node advertises its count
+// at each renewal, and peers read the leases, once per TTL/3 both).
+func waitFleetSeen(t *testing.T, base string, counts map[string]int) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		st, b, err := get(base + "/v1/status")
+		if err != nil || st != 200 {
+			return fmt.Sprintf("%s/v1/status: %d %s %v", base, st, b, err)
+		}
+		var s struct {
+			Nodes []struct {
+				Node  string `json:"node"`
+				Alive bool   `json:"alive"`
+				Cells int    `json:"cells"`
+			} `json:"nodes"`
+		}
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Sprintf("%s/v1/status: %v: %s", base, err, b)
+		}
+		alive, cells := map[string]bool{}, map[string]int{}
+		for _, n := range s.Nodes {
+			alive[n.Node], cells[n.Node] = n.Alive, n.Cells
+		}
+		for _, n := range nodes {
+			if !alive[n] {
+				return fmt.Sprintf("%s does not see %s alive yet: %s", base, n, b)
+			}
+		}
+		for n, c := range counts {
+			if cells[n] != c {
+				return fmt.Sprintf("%s does not see %s with %d cells yet: %s", base, n, c, b)
+			}
+		}
+		return ""
+	})
+}
