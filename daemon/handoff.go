@@ -446,8 +446,9 @@ func (d *Daemon) moveCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var to member
-	if i := slices.IndexFunc(d.members(), func(m member) bool { return m.Name == toName }); i >= 0 {
-		to = d.members()[i]
+	ms := d.members()
+	if i := slices.IndexFunc(ms, func(m member) bool { return m.Name == toName }); i >= 0 {
+		to = ms[i]
 	} else if toName != d.cfg.Node {
 		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "move %s: node %s is not a live, non-draining node of this fleet (see deed nodes); nothing moved", name, toName))
 		return
