@@ -675,3 +675,42 @@ func TestRebalancerWaitsForASteadyView(t *testing.T) {
 		}
 	}
 }
+
+// Moving a cell that no node holds claims it on the target directly,
+// pinned; moving a cell held by another live node is refused (ask its
+// holder), and so is a move to a node that is not in the fleet.
+func TestMoveOfACellHeldNowhereOrElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		f := newTestFleet()
+		const ttl = 3 * time.Second
+		a := f.open(t, m, "a", ttl, 0)
+		bnode := f.open(t, m, "b", ttl, 0)
+		time.Sleep(ttl)
+		move := func(node, cell, to string) (int, client.Moved, client.ErrorBody) {
+			rec := httptest.NewRecorder()
+			f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/move?to="+to, nil))
+			var mv client.Moved
+			var eb client.ErrorBody
+			_ = json.Unmarshal(rec.Body.Bytes(), &mv)
+			_ = json.Unmarshal(rec.Body.Bytes(), &eb)
+			return rec.Code, mv, eb
+		}
+		code, mv, _ := move("a", "free", "b")
+		if code != 200 || mv.From != "" || mv.To != "b" || bnode.held("free") == nil || !bnode.pinnedHere(bnode.held("free")) {
+			t.Fatalf("move of a free cell: %d %+v; held by b %v", code, mv, bnode.held("free") != nil)
+		}
+		if code, _, eb := move("a", "free", "b"); code != 409 || eb.Code != errcode.CodeNotHolder {
+			t.Fatalf("move asked of a node that does not hold the cell: %d %+v", code, eb)
+		}
+		if code, _, eb := move("a", "free", "a"); code != 409 || eb.Code != errcode.CodeHeld || eb.Owner != "b" {
+			t.Fatalf("move to itself of a cell another live node holds: %d %+v", code, eb)
+		}
+		if code, _, eb := move("b", "free", "nobody"); code != 400 || eb.Code != errcode.CodeBadRequest {
+			t.Fatalf("move to a node not in the fleet: %d %+v", code, eb)
+		}
+		if a.held("free") != nil {
+			t.Fatal("a took the cell")
+		}
+	})
+}
