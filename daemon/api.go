@@ -73,6 +73,10 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/release", d.releaseCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
 	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit) })
+	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
+	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
+	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
+	mux.HandleFunc("DELETE /v1/node/drain", d.drainNode(false))
 	mux.HandleFunc("GET /{$}", d.serveStatusPage)
 	mux.HandleFunc("GET /v1/status", d.serveStatusJSON)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

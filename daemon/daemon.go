@@ -54,6 +54,10 @@ type Config struct {
 	// MaxCells bounds the cells held here: above it the least recently
 	// used are retired, in the background; 0 means no bound.
 	MaxCells int
+	// MoveRate bounds the cells the rebalancer hands off per second (0
+	// means DefaultMoveRate; negative turns rebalancing off, drains still
+	// run at DefaultMoveRate).
+	MoveRate float64
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
@@ -71,6 +75,7 @@ type Daemon struct {
 	closed bool
 
 	events eventRing // recent takeovers, fences, moves: the status page's
+	ho     handoffs  // moves, pins and the drain (handoff.go)
 
 	hints holderHints // which peer served a cell lately, for routing
 
@@ -128,6 +133,13 @@ func (h *holding) retiredUnder(err error) bool {
 	if !errors.Is(err, replication.ErrClosed) && errcode.CodeOf(err) != errcode.CodeReleased {
 		return false
 	}
+	// A lease released here was retired (retire is the only release but
+	// the node's close, whose retry meets the closing node): the identity
+	// check alone misses a lease retired, claimed anew and retired again
+	// (a cell moved away and back) before this request looked.
+	if errcode.CodeOf(h.lease.Err()) == errcode.CodeReleased {
+		return true
+	}
 	h.c.mu.Lock()
 	defer h.c.mu.Unlock()
 	return h.c.retired == h.lease
@@ -168,6 +180,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	d.wg.Add(1)
 	go d.watchNode(wctx, n)
 	d.startIdleSweep(wctx)
+	d.startRebalancer(wctx)
 	return d, nil
 }
 
@@ -337,6 +350,14 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 			return nil, errcode.Errorf(errcode.CodeUnavailable, "cell %s is being released, or its release failed: retry the release", name)
 		case !force:
 			return c.holding(), nil
+		}
+	}
+	if !force {
+		// A cell this node has just handed off, or any free cell asked of
+		// a draining node, is claimed elsewhere: the request is forwarded.
+		if err := d.movedAway(ctx, name); err != nil {
+			d.dropIfEmpty(c)
+			return nil, err
 		}
 	}
 	oldLease, oldLog := c.lease, c.log

@@ -31,6 +31,8 @@ type metrics struct {
 	fences        *prometheus.CounterVec // reason
 	nodeLeaseHeld prometheus.Gauge
 	forwards      *prometheus.CounterVec // result
+	moves         *prometheus.CounterVec // direction: out, in
+	movePushes    *prometheus.CounterVec // result: ok, error
 }
 
 // Label values each series is created with at zero, so that a dashboard or
@@ -51,6 +53,8 @@ var (
 	renewalResults  = []string{"ok", "error", "replaced", "deleted"}
 	fenceReasons    = []string{"unreachable", "expired", "replaced", "deleted"}
 	forwardResults  = []string{"ok", "unreachable", "lost", "refused"}
+	moveDirections  = []string{"out", "in"}
+	pushResults     = []string{"ok", "error"}
 )
 
 // newMetrics makes the series; version is deed_build_info's label.
@@ -69,12 +73,14 @@ func newMetrics(version string) *metrics {
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_renewals_total", Help: "Node-lease renewal attempts by result (ok, error, replaced, deleted)."}, []string{"result"})
 	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_node_fences_total", Help: "Times this node fenced itself, by reason (unreachable, expired, replaced, deleted)."}, []string{"reason"})
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
+	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_cells_moved_total", Help: "Cells moved between nodes, by direction (out: handed off by this node; in: claimed here on a peer's handoff)."}, []string{"direction"})
+	m.movePushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_move_pushes_total", Help: "Handoff pushes to the target node after a move's release, by result (ok; error: the cell was left free, claimed by the next request)."}, []string{"result"})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_total", Help: "Requests forwarded to the peer that holds (or is placed to hold) the cell, by result (ok: its answer relayed; unreachable: not sent; lost: sent, no answer; refused: the peer refused the fleet secret)."}, []string{"result"})
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.cellsHeld, m.cellsReleased, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
-		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, buildInfo,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, m.moves, m.movePushes, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	for _, l := range claimLabels {
@@ -83,7 +89,7 @@ func newMetrics(version string) *metrics {
 	for _, vs := range []struct {
 		vec    *prometheus.CounterVec
 		values []string
-	}{{m.cellsReleased, cellReleased}, {m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}} {
+	}{{m.cellsReleased, cellReleased}, {m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}, {m.moves, moveDirections}, {m.movePushes, pushResults}} {
 		for _, v := range vs.values {
 			vs.vec.WithLabelValues(v)
 		}

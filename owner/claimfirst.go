@@ -171,3 +171,29 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 	n.log.Info("claimed", "cell", cell, "epoch", rec.Epoch, "reason", d.Reason, "prev_node", "")
 	return l, d.Reason, nil, true
 }
+
+// ReleasedHint is what this node's own release of cell wrote (its
+// ReleasedETag and epoch), while the node still remembers it; ok is false
+// otherwise. A node handing a cell to a peer passes it on (see NoteHint), so
+// that the peer's claim is one If-Match PUT instead of a read and a write.
+func (n *Node) ReleasedHint(cell string) (h Hint, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h = n.hints.get(cell)
+	return h, h.ReleasedETag != ""
+}
+
+// NoteHint makes this node's next claim of cell try h first, as if it had
+// released the cell itself: a peer's word on the record it released. It is
+// only a guess: a record changed since is refused by its If-Match (412),
+// and the claim reads and decides as usual, so a stale or wrong hint costs
+// one round trip, never correctness.
+func (n *Node) NoteHint(cell string, h Hint) {
+	if h.ReleasedETag == "" {
+		return
+	}
+	h.Known = true
+	n.mu.Lock()
+	n.hints.note(cell, h, false)
+	n.mu.Unlock()
+}

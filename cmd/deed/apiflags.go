@@ -38,10 +38,17 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 // client resolves --addr and --token against the environment and checks the
 // address; a bad one is DEED-E040 before any request.
 func (f *apiFlags) client(cfg *config, cmd *cobra.Command) (*client.Client, error) {
-	addr, token := f.addr, f.token
+	addr := f.addr
 	if !cmd.Flags().Changed("addr") {
 		addr = firstNonEmpty(cfg.getenv(envAddr), defaultAddr)
 	}
+	return f.clientAt(cfg, cmd, addr)
+}
+
+// clientAt is client for the daemon at addr (found by the command, e.g. in
+// a node lease), with --token, --token-file and --ca-cert.
+func (f *apiFlags) clientAt(cfg *config, cmd *cobra.Command, addr string) (*client.Client, error) {
+	token := f.token
 	switch {
 	case f.tokenFile != "" && cmd.Flags().Changed("token"):
 		return nil, errBothTokens()

@@ -32,6 +32,11 @@ type nodeRow struct {
 	Released    bool  `json:"released"`
 	UnchangedMS int64 `json:"unchanged_ms"`
 	WatchedMS   int64 `json:"watched_ms"`
+	// Cells is how many cells the node held at its last renewal; Draining
+	// and Weight are its placement state (weight 1 unless set).
+	Cells    int     `json:"cells"`
+	Draining bool    `json:"draining"`
+	Weight   float64 `json:"weight"`
 	// Code and Error are set for a corrupt lease (DEED-E030).
 	Code  errcode.Code `json:"code,omitempty"`
 	Error string       `json:"error,omitempty"`
@@ -64,9 +69,13 @@ node, without an incarnation, or advertising a TTL outside 1s..1h) is shown
 as "corrupt" with its DEED-E030 error; it is judged by its ETag alone, with
 --ttl, like any lease that stops changing.
 
+CELLS is how many cells the node held at its last renewal (at most TTL/3
+old), DRAINING says it is draining (deed drain: it hands its cells off and
+takes no new ones), WEIGHT is its placement share (--weight, 1 unless set).
+
 With --json it prints one JSON object per line: {"node","addr","incarnation",
-"ttl_ms","state","alive","released","unchanged_ms","watched_ms"}, plus
-"code" and "error" for a corrupt lease.`,
+"ttl_ms","state","alive","released","unchanged_ms","watched_ms","cells",
+"draining","weight"}, plus "code" and "error" for a corrupt lease.`,
 		Example: `  deed nodes
   deed nodes --watch 12s --json`,
 		Args: cobra.NoArgs,
@@ -113,7 +122,8 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 			var rows []nodeRow
 			for _, v := range obs.View() {
 				r := nodeRow{Node: v.Node, Addr: v.Addr, Alive: v.Alive, Released: v.Released,
-					UnchangedMS: v.Unchanged.Milliseconds(), WatchedMS: watched.Milliseconds()}
+					UnchangedMS: v.Unchanged.Milliseconds(), WatchedMS: watched.Milliseconds(),
+					Cells: v.Cells, Draining: v.Draining, Weight: owner.NodeRecord{Weight: v.Weight}.EffectiveWeight()}
 				changed := false
 				// Right after a Refresh the observation is fresh: this reads
 				// no lease, it returns what the view was built from.
@@ -135,14 +145,19 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 				return nil
 			}
 			tw := tabwriter.NewWriter(cfg.inv.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tSTATE\tADDR\tTTL\tUNCHANGED")
+			fmt.Fprintln(tw, "NODE\tSTATE\tADDR\tTTL\tUNCHANGED\tCELLS\tDRAINING\tWEIGHT")
 			for _, r := range rows {
 				addr := r.Addr
 				if addr == "" {
 					addr = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\n", r.Node, r.State, addr,
-					time.Duration(r.TTLMS)*time.Millisecond, (time.Duration(r.UnchangedMS) * time.Millisecond).Round(time.Millisecond))
+				draining := "-"
+				if r.Draining {
+					draining = "yes"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%d\t%s\t%g\n", r.Node, r.State, addr,
+					time.Duration(r.TTLMS)*time.Millisecond, (time.Duration(r.UnchangedMS) * time.Millisecond).Round(time.Millisecond),
+					r.Cells, draining, r.Weight)
 			}
 			if err := tw.Flush(); err != nil {
 				return errcode.Errorf(errcode.CodeUnavailable, "write: %w", err)

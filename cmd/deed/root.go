@@ -77,6 +77,8 @@ var commands = []func(*config) *cobra.Command{
 	newAppendCmd,
 	newReadCmd,
 	newGCCmd,
+	newMoveCmd,
+	newDrainCmd,
 	newBenchCmd,
 }
 

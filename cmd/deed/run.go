@@ -42,6 +42,7 @@ type runFlags struct {
 	maxConns     int
 	idleRelease  time.Duration
 	maxCells     int
+	moveRate     float64
 
 	// embedded asks for the embedded store by name (--embedded-store).
 	embedded bool
@@ -134,6 +135,7 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.IntVar(&rf.maxLimit, "max-limit", 1000, "largest ?limit of a read")
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
+	f.Float64Var(&rf.moveRate, "move-rate", daemon.DefaultMoveRate, "most cells this node hands off per second to the nodes now preferred for them (a join, a drain); 0 or less: it moves none by itself (drains still run, at the default)")
 	f.IntVar(&rf.maxConns, "max-conns", daemon.DefaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
 	f.DurationVar(&rf.idleRelease, "idle-release", daemon.DefaultIdleRelease, "seal and release a cell that has had no request for this long; its next request claims it again (0: keep cells until shutdown; else at least 1s)")
 	f.IntVar(&rf.maxCells, "max-cells", 0, "most cells held at once: above it the least recently used are released, in the background (0: no bound)")
@@ -228,7 +230,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	v, _ := buildVersion()
 	dcfg := daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v,
 		FleetSecret: rf.fleetSecret, Weight: rf.weight, PeerClient: peerClient,
-		IdleRelease: rf.idleRelease, MaxCells: rf.maxCells}
+		IdleRelease: rf.idleRelease, MaxCells: rf.maxCells, MoveRate: moveRateConfig(rf.moveRate)}
 	if rf.fleetSecret == "" {
 		cfg.log.Info("no fleet secret (--fleet-secret-file): requests for cells another node holds are refused with DEED-E020, not forwarded")
 	}
@@ -381,4 +383,13 @@ func printRunBanner(cfg *config, rf runFlags, api, where string) {
 		fmt.Fprintf(w, "it stops with this daemon: for several nodes on this machine, share 'deed fakes3 --dir DIR' instead\n")
 	}
 	fmt.Fprintf(w, "stop with Ctrl-C: cells are sealed and released, peers can claim them at once\n")
+}
+
+// moveRateConfig maps --move-rate to daemon.Config.MoveRate, where 0 means
+// the default: on the command line 0 turns rebalancing off.
+func moveRateConfig(flag float64) float64 {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }

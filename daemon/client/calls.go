@@ -118,3 +118,24 @@ func (c *Client) Cell(ctx context.Context, cell string) (CellInfo, error) {
 	err := c.do(ctx, http.MethodGet, cellPath(cell, ""), nil, nil, &v)
 	return v, err
 }
+
+// Move makes the daemon that holds cell hand it off to node to, which keeps
+// it pinned (against its rebalancer) while it holds it. A cell held nowhere
+// is claimed on to directly.
+func (c *Client) Move(ctx context.Context, cell, to string) (Moved, error) {
+	var v Moved
+	err := c.do(ctx, http.MethodPost, cellPath(cell, "/move"), url.Values{"to": {to}}, nil, &v)
+	return v, err
+}
+
+// Drain turns the daemon's drain on (it hands off every cell and takes no
+// new ones) or off.
+func (c *Client) Drain(ctx context.Context, on bool) (NodeState, error) {
+	method := http.MethodPost
+	if !on {
+		method = http.MethodDelete
+	}
+	var v NodeState
+	err := c.do(ctx, method, "/v1/node/drain", nil, nil, &v)
+	return v, err
+}

@@ -49,6 +49,25 @@ type Released struct {
 	Released bool   `json:"released"`
 }
 
+// Moved is the answer of POST /v1/cells/{cell}/move: the cell is held by
+// To at Epoch (From is the node that handed it off, "" when the cell was
+// held nowhere and To claimed it directly).
+type Moved struct {
+	Cell  string `json:"cell"`
+	From  string `json:"from,omitempty"`
+	To    string `json:"to"`
+	Epoch uint64 `json:"epoch"`
+	Moved bool   `json:"moved"`
+}
+
+// NodeState is the answer of POST and DELETE /v1/node/drain: whether the
+// node drains, and how many cells it holds now.
+type NodeState struct {
+	Node     string `json:"node"`
+	Draining bool   `json:"draining"`
+	Cells    int    `json:"cells"`
+}
+
 // AppendResult is the answer of a durable append: where the record landed.
 type AppendResult struct {
 	Cell  string `json:"cell"`

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/wait"
+	"github.com/deedkit/deed/owner"
+)
+
+// The operator's placement commands: move one cell, drain one node. Both
+// talk to a daemon, found through the node leases in the bucket unless
+// --addr names it.
+
+func newMoveCmd(cfg *config) *cobra.Command {
+	var (
+		af apiFlags
+		to string
+	)
+	cmd := &cobra.Command{
+		Use:   "move CELL --to NODE",
+		Short: "Move a cell to another node, through the daemons (a pinned move)",
+		Long: `move asks the daemon that holds CELL to hand it off to NODE
+(POST /v1/cells/CELL/move?to=NODE): it stops taking requests for the cell,
+finishes the appends in flight, seals the log and releases the record; NODE
+claims it at once. Requests that arrive meanwhile wait and are then sent to
+NODE; no acknowledged record is lost.
+
+NODE keeps the cell pinned: its rebalancer does not move it to the cell's
+preferred node while it holds it. The pin lives in NODE's memory only: it
+ends when NODE releases the cell (a drain, a shutdown, an idle release) or
+restarts.
+
+The holder is found from CELL's ownership record and the holder's node lease
+(its advertised address), so move needs --bucket; --addr sends the request
+to that daemon instead (any node of the fleet once requests are forwarded).
+A cell held by no live node is claimed on NODE directly.
+
+DEED-E040 (exit 2) when NODE is not a live, non-draining node of the fleet;
+DEED-E011 (exit 1) when the move could not be made (the daemons run without
+a fleet secret, NODE did not claim the cell: then it is released and free,
+and the next request claims it).`,
+		Example: `  deed move tenant-42 --to web-2 --token-file /etc/deed/token`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cell := args[0]
+			if err := cfg.validNames(false, cell); err != nil {
+				return err
+			}
+			if to == "" {
+				return errcode.Errorf(errcode.CodeBadRequest, "move %s: --to NODE is required", cell)
+			}
+			if err := owner.ValidateName("node", to); err != nil {
+				return errcode.Wrap(err, "move %s: --to", cell)
+			}
+			c, err := placementClient(ctx, cfg, cmd, &af, func(b bucket.Bucket) (string, error) {
+				rec, exists, err := owner.Inspect(ctx, b, cell)
+				if err != nil {
+					return "", err
+				}
+				if exists && !rec.Released() {
+					if addr, err := nodeAddr(ctx, b, rec.Node); err == nil {
+						return addr, nil
+					}
+				}
+				// Held by no running node: NODE claims it itself.
+				return nodeAddr(ctx, b, to)
+			})
+			if err != nil {
+				return errcode.Wrap(err, "move %s", cell)
+			}
+			v, err := c.Move(ctx, cell, to)
+			if err != nil {
+				return &writeFailure{errcode.Wrap(err, "move %s", cell)}
+			}
+			if cfg.json {
+				writeJSON(cfg.inv.Stdout, v)
+			} else if v.From != "" {
+				fmt.Fprintf(cfg.inv.Stdout, "moved cell %s from %s to %s (epoch %d, pinned there)\n", v.Cell, v.From, v.To, v.Epoch)
+			} else {
+				fmt.Fprintf(cfg.inv.Stdout, "cell %s claimed on %s (epoch %d, pinned there)\n", v.Cell, v.To, v.Epoch)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "the node to move the cell to (a live node of the fleet, see deed nodes)")
+	af.register(cmd)
+	return cmd
+}
+
+func newDrainCmd(cfg *config) *cobra.Command {
+	var (
+		af       apiFlags
+		off      bool
+		waitDone bool
+		every    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Make a node hand off every cell and take no new ones",
+		Long: `drain tells NODE's daemon to drain (POST /v1/node/drain): it hands every cell
+it holds to the cell's preferred node among the others (at most --move-rate
+per second, as moves: nothing acknowledged is lost), claims no free cell (a
+request for one is sent on to the node that will take it), and says so in
+its node lease, so that peers leave it out of placement from its next
+renewal on. The node keeps running and serving; stop it once it holds
+nothing, or undo the drain with --off.
+
+With no other live node a draining node keeps its cells (there is nowhere to
+hand them).
+
+NODE's address is read from its node lease, so drain needs --bucket; --addr
+sends the request to that daemon instead. --wait polls the daemon until it
+holds no cell, printing how many are left.`,
+		Example: `  deed drain web-3 --wait --token-file /etc/deed/token
+  deed drain web-3 --off`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			node := args[0]
+			if err := owner.ValidateName("node", node); err != nil {
+				return err
+			}
+			if every <= 0 {
+				return errcode.Errorf(errcode.CodeBadRequest, "--every %v: must be positive", every)
+			}
+			c, err := placementClient(ctx, cfg, cmd, &af, func(b bucket.Bucket) (string, error) { return nodeAddr(ctx, b, node) })
+			if err != nil {
+				return errcode.Wrap(err, "drain %s", node)
+			}
+			st, err := c.Drain(ctx, !off)
+			if err != nil {
+				return &writeFailure{errcode.Wrap(err, "drain %s", node)}
+			}
+			if st.Node != node {
+				return errcode.Errorf(errcode.CodeBadRequest, "drain %s: the daemon there is node %s", node, st.Node)
+			}
+			if !cfg.json {
+				if off {
+					fmt.Fprintf(cfg.inv.Stdout, "node %s no longer drains (%d cells held)\n", node, st.Cells)
+				} else {
+					fmt.Fprintf(cfg.inv.Stdout, "node %s drains: %d cells to hand off\n", node, st.Cells)
+				}
+			}
+			if waitDone && !off {
+				last := st.Cells
+				for last > 0 {
+					if err := wait.Sleep(ctx, every); err != nil {
+						return errcode.Errorf(errcode.CodeUnavailable, "drain %s: stopped waiting with %d cells left: %v", node, last, err)
+					}
+					held, err := c.Cells(ctx)
+					if err != nil {
+						return errcode.Wrap(err, "drain %s: poll", node)
+					}
+					if n := len(held.Cells); n != last {
+						last = n
+						if !cfg.json {
+							fmt.Fprintf(cfg.inv.Stdout, "node %s: %d cells left\n", node, n)
+						}
+					}
+				}
+				st.Cells = 0
+				if !cfg.json {
+					fmt.Fprintf(cfg.inv.Stdout, "node %s is drained\n", node)
+				}
+			}
+			if cfg.json {
+				writeJSON(cfg.inv.Stdout, st)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&off, "off", false, "undo the drain: the node takes cells again")
+	cmd.Flags().BoolVar(&waitDone, "wait", false, "wait until the node holds no cell")
+	cmd.Flags().DurationVar(&every, "every", time.Second, "with --wait: how often to ask the daemon")
+	af.register(cmd)
+	return cmd
+}
+
+// placementClient is the API client for a placement command: to --addr when
+// given, else to the address find reads from the bucket.
+func placementClient(ctx context.Context, cfg *config, cmd *cobra.Command, af *apiFlags, find func(bucket.Bucket) (string, error)) (*client.Client, error) {
+	if cmd.Flags().Changed("addr") {
+		return af.client(cfg, cmd)
+	}
+	b, _, err := cfg.openBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := find(b)
+	if err != nil {
+		return nil, err
+	}
+	return af.clientAt(cfg, cmd, addr)
+}
+
+// nodeAddr is the address node advertises in its node lease (one LIST of
+// the leases and a GET of each). DEED-E040 when there is no such lease,
+// it is released (the node stopped), or it has no address.
+func nodeAddr(ctx context.Context, b bucket.Bucket, node string) (string, error) {
+	obs := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin})
+	if err := obs.Refresh(ctx); err != nil {
+		return "", errcode.Wrap(err, "read node leases")
+	}
+	for _, v := range obs.View() {
+		if v.Node != node {
+			continue
+		}
+		switch {
+		case v.Released || !v.Exists:
+			return "", errcode.Errorf(errcode.CodeBadRequest, "node %s is not running (its node lease is released)", node)
+		case v.Addr == "":
+			return "", errcode.Errorf(errcode.CodeBadRequest, "node %s advertises no address in its node lease: use --addr", node)
+		}
+		return v.Addr, nil
+	}
+	return "", errcode.Errorf(errcode.CodeBadRequest, "no node lease for node %s in this bucket (see deed nodes)", node)
+}

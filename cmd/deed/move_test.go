@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/deedkit/deed/daemon"
+	"github.com/deedkit/deed/daemon/client"
+)
+
+// fleetDaemon serves an in-process daemon of a fleet (a fleet secret, its
+// own address advertised in its node lease) over e's store, behind
+// httptest; its rebalancer is off, so that only the commands move cells.
+func (e *cellEnv) fleetDaemon(t *testing.T, node string) (*client.Client, string) {
+	t.Helper()
+	var h atomic.Pointer[http.Handler]
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }))
+	url := "http://" + srv.Listener.Addr().String()
+	d, err := daemon.Open(t.Context(), daemon.Config{Node: node, Advertise: url, TTL: time.Second, MoveRate: -1,
+		FleetSecret: "fleet-secret", API: daemon.APIConfig{MaxBody: 1 << 10, MaxLimit: 100}}, e.b, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dh := d.Handler()
+	h.Store(&dh)
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Close(ctx)
+	})
+	return apiClient(t, url, ""), url
+}
+
+// deed move finds the cell's holder through the bucket and has it hand the
+// cell to the named node; deed drain --wait empties a node; deed nodes
+// shows each node's cell count; no record is lost on the way.
+func TestMoveAndDrainCommands(t *testing.T) {
+	e := newCellEnv(t)
+	c1, _ := e.fleetDaemon(t, "n1")
+	c2, _ := e.fleetDaemon(t, "n2")
+	for _, data := range []string{"one", "two"} {
+		if _, err := c1.Append(t.Context(), "c", []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// n1 learns of n2 at its next look at the node leases (TTL/3).
+	var r result
+	for range 50 {
+		if r = e.run(t, "move", "c", "--to", "n2", "--json"); r.status != 2 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var mv client.Moved
+	if err := json.Unmarshal([]byte(r.stdout), &mv); r.status != 0 || err != nil || mv.From != "n1" || mv.To != "n2" || !mv.Moved {
+		t.Fatalf("deed move: exit %d, %q %q", r.status, r.stdout, r.stderr)
+	}
+	if held, err := c2.Cells(t.Context()); err != nil || len(held.Cells) != 1 || held.Cells[0].Epoch != mv.Epoch {
+		t.Fatalf("n2 after the move: %+v, %v", held, err)
+	}
+	if _, err := c2.Append(t.Context(), "c", []byte("three")); err != nil {
+		t.Fatal(err)
+	}
+
+	r = e.run(t, "drain", "n2", "--wait", "--every", "50ms")
+	if r.status != 0 || !strings.Contains(r.stdout, "node n2 is drained") {
+		t.Fatalf("deed drain --wait: exit %d, %q %q", r.status, r.stdout, r.stderr)
+	}
+	if held, err := c2.Cells(t.Context()); err != nil || len(held.Cells) != 0 {
+		t.Fatalf("n2 after its drain: %+v, %v", held, err)
+	}
+	// The drained node takes no cell: an append there is sent on to n1.
+	_, err := c2.Append(t.Context(), "fresh", []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "to node n1") {
+		t.Fatalf("append of a free cell at the drained node: %v; want it sent on to n1", err)
+	}
+	recs, err := c1.Read(t.Context(), "c", client.ReadOptions{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range recs.Records {
+		got = append(got, string(rec.Data))
+	}
+	if strings.Join(got, ",") != "one,two,three" {
+		t.Fatalf("records after move and drain: %v", got)
+	}
+
+	// The leases say n2 drains, after its next renewal.
+	var rows []nodeRow
+	for range 50 {
+		r = e.run(t, "nodes", "--json")
+		rows = nil
+		for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			var row nodeRow
+			if json.Unmarshal([]byte(line), &row) == nil {
+				rows = append(rows, row)
+			}
+		}
+		if len(rows) == 2 && rows[1].Draining && rows[1].Cells == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(rows) != 2 || rows[0].Node != "n1" || rows[1].Node != "n2" || !rows[1].Draining || rows[0].Draining || rows[0].Weight != 1 {
+		t.Fatalf("deed nodes --json after the drain: %+v", rows)
+	}
+	if r = e.run(t, "nodes"); !strings.Contains(r.stdout, "CELLS") || !strings.Contains(r.stdout, "DRAINING") {
+		t.Fatalf("deed nodes: %q", r.stdout)
+	}
+
+	if r = e.run(t, "move", "c", "--to", "nobody"); r.status != 2 || !strings.Contains(r.stderr, "DEED-E040") {
+		t.Fatalf("move to a node that does not exist: exit %d, %q", r.status, r.stderr)
+	}
+}
