@@ -99,7 +99,9 @@ func (f *testFleet) appendFollowing(first, cell, data string) (last client.Error
 		f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
 		var body client.ErrorBody
 		_ = json.Unmarshal(rec.Body.Bytes(), &body)
-		path = append(path, fmt.Sprintf("%s:%d %s", node, rec.Code, body.Code))
+		// Each step: the node asked, its status and code, and the node
+		// that served it (Deed-Node: another one when it forwarded).
+		path = append(path, fmt.Sprintf("%s:%d %s served-by=%s", node, rec.Code, body.Code, rec.Header().Get(HeaderNode)))
 		last, status = body, rec.Code
 		next := ""
 		switch {
@@ -282,8 +284,8 @@ func TestAppendMidMoveWaitsAndGoesToTheNewHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := <-answered
-	if got.status != 200 || len(got.path) != 2 || !strings.HasPrefix(got.path[0], "a:503 DEED-E011") || !strings.HasPrefix(got.path[1], "b:200") {
-		t.Fatalf("the append mid-move went %v; want a MovedError from a, then 200 from b", got.path)
+	if got.status != 200 || len(got.path) != 1 || !strings.HasPrefix(got.path[0], "a:200") || !strings.HasSuffix(got.path[0], "served-by=b") {
+		t.Fatalf("the append mid-move went %v; want it answered through a, served by b (a forwards on its MovedError)", got.path)
 	}
 	if a.held("c") != nil {
 		t.Fatal("a claimed the cell back after handing it off")
@@ -458,7 +460,7 @@ func TestDrainHandsEveryCellOffAndTakesNoNew(t *testing.T) {
 		if !errors.As(err, &moved) || moved.Node != "b" {
 			t.Fatalf("a draining node asked for a free cell: %v; want a MovedError to b", err)
 		}
-		if _, status, path := f.appendFollowing("a", "fresh", "x"); status != 200 || len(path) != 2 {
+		if _, status, path := f.appendFollowing("a", "fresh", "x"); status != 200 || len(path) != 1 || !strings.HasSuffix(path[0], "served-by=b") {
 			t.Fatalf("append of a free cell at the draining node went %v", path)
 		}
 		// b's view leaves a out of placement once a's lease says it drains.
