@@ -114,6 +114,7 @@ func idleCellsRSS(t *testing.T, n int) (rss0, rss1, heap0, heap1 int64) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, inFlight)
+	start := time.Now()
 	for range inFlight {
 		wg.Add(1)
 		go func() {
@@ -148,6 +149,8 @@ func idleCellsRSS(t *testing.T, n int) (rss0, rss1, heap0, heap1 int64) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	took := time.Since(start)
+	t.Logf("N=%d: acquired in %v (%.0f cells/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
 	rss1, heap1 = settle()
 	if held := metricValue(t, base, "deed_cells_held"); held != int64(n) {
 		t.Fatalf("deed_cells_held %d, want %d", held, n)
