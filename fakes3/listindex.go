@@ -131,25 +131,23 @@ func (x *indexedLister) CopyObject(srcBucket, srcKey, dstBucket, dstKey string, 
 }
 
 func (x *indexedLister) CreateBucket(name string) error {
-	x.wmu.Lock()
-	defer x.wmu.Unlock()
-	err := x.Backend.CreateBucket(name)
-	x.syncBucket(name)
-	return err
+	return x.bucketWrite(name, x.Backend.CreateBucket)
 }
 
 func (x *indexedLister) DeleteBucket(name string) error {
-	x.wmu.Lock()
-	defer x.wmu.Unlock()
-	err := x.Backend.DeleteBucket(name)
-	x.syncBucket(name)
-	return err
+	return x.bucketWrite(name, x.Backend.DeleteBucket)
 }
 
 func (x *indexedLister) ForceDeleteBucket(name string) error {
+	return x.bucketWrite(name, x.Backend.ForceDeleteBucket)
+}
+
+// bucketWrite creates or deletes bucket name with op, then records whether
+// it exists.
+func (x *indexedLister) bucketWrite(name string, op func(string) error) error {
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
-	err := x.Backend.ForceDeleteBucket(name)
+	err := op(name)
 	x.syncBucket(name)
 	return err
 }

@@ -59,13 +59,27 @@ func listKeys(t *testing.T, url, query string) listResult {
 	return out
 }
 
+// serveWrapped serves an in-memory server with bucket "b" whose backend
+// wrap wraps, and returns its URL.
+func serveWrapped(t *testing.T, wrap func(gofakes3.Backend) gofakes3.Backend) string {
+	t.Helper()
+	srv, err := NewServer(ServerOptions{Buckets: []string{"b"}, wrapBackend: wrap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() { _ = srv.Close() })
+	return hs.URL
+}
+
 // A LIST under a narrow prefix costs what it returns, not what the bucket
 // holds: with 5,000 keys elsewhere in the bucket, listing a cell's three
 // keys walks none of them. (The server used to hand every LIST to
 // gofakes3's backend, which walks the whole bucket: 5,003 keys here.)
 func TestListWalksOnlyItsPrefix(t *testing.T) {
 	counter := &scanCounter{}
-	srv, err := NewServer(ServerOptions{Buckets: []string{"b"}, wrapBackend: func(b gofakes3.Backend) gofakes3.Backend {
+	url := serveWrapped(t, func(b gofakes3.Backend) gofakes3.Backend {
 		counter.Backend = b
 		if err := b.CreateBucket("b"); err != nil {
 			t.Fatal(err)
@@ -82,16 +96,9 @@ func TestListWalksOnlyItsPrefix(t *testing.T) {
 			put(fmt.Sprintf("cells/c/ltx/e1/%016x.ltx", i+1))
 		}
 		return counter
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	t.Cleanup(func() { _ = srv.Close() })
-
+	})
 	counter.walked.Store(0)
-	got := listKeys(t, hs.URL, "prefix=cells/c/")
+	got := listKeys(t, url, "prefix=cells/c/")
 	if len(got.Keys) != 3 {
 		t.Fatalf("listed %v, want the cell's 3 keys", got.Keys)
 	}
@@ -104,22 +111,15 @@ func TestListWalksOnlyItsPrefix(t *testing.T) {
 // a brute-force model of the keys agrees with paged listings, with and
 // without a delimiter, after puts, deletes, a multi-delete and a copy.
 func TestListFollowsWrites(t *testing.T) {
-	srv, err := NewServer(ServerOptions{Buckets: []string{"b"}, wrapBackend: func(b gofakes3.Backend) gofakes3.Backend {
-		_, isMem := b.(*s3mem.Backend)
-		if !isMem {
+	url := serveWrapped(t, func(b gofakes3.Backend) gofakes3.Backend {
+		if _, isMem := b.(*s3mem.Backend); !isMem {
 			t.Fatalf("in-memory server on %T", b)
 		}
 		return b
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	t.Cleanup(func() { _ = srv.Close() })
+	})
 	send := func(method, path string, body []byte, hdr map[string]string) {
 		t.Helper()
-		req, err := http.NewRequest(method, hs.URL+"/b/"+path, bytes.NewReader(body))
+		req, err := http.NewRequest(method, url+"/b/"+path, bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestListFollowsWrites(t *testing.T) {
 				if token != "" {
 					q += "&continuation-token=" + token
 				}
-				page := listKeys(t, hs.URL, q)
+				page := listKeys(t, url, q)
 				if n := len(page.Keys) + len(page.Prefixes); n > max {
 					t.Fatalf("%s: %d entries on a page", q, n)
 				}
