@@ -68,6 +68,8 @@ type Daemon struct {
 	b   bucket.Bucket
 	log *slog.Logger
 	m   *metrics
+	// logOpts opens every cell's log: built once, so the logs share it.
+	logOpts replication.Option
 
 	mu     sync.Mutex
 	node   *owner.Node // nil while fenced and not yet re-opened
@@ -166,6 +168,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
 	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
 	d.b = instrumented{b: b, m: m, h: health}
+	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit))
 	n, err := d.newNode()
 	if err != nil {
 		return nil, err
@@ -371,7 +374,7 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		d.dropIfEmpty(c)
 		return nil, err
 	}
-	lg, err := replication.Open(ctx, d.b, l, replication.WithLogger(d.log), replication.WithCommitObserver(d.m.observeCommit))
+	lg, err := replication.Open(ctx, d.b, l, d.logOpts)
 	if err != nil {
 		// Not able to fence the predecessors: give the cell back so another
 		// node (or a retry) can.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -215,6 +216,14 @@ func rawPut(c *awss3.Client, bkt, prefix string, rec []byte, cell func(int) stri
 		k := fmt.Sprintf("%s/cells/%s/ltx/e1/%016x.ltx", prefix, cell(n), seq.Add(1))
 		_, err := c.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bkt), Key: &k,
 			Body: bytes.NewReader(rec), ContentLength: aws.Int64(int64(len(rec))), IfNoneMatch: aws.String("*")})
+		// Every key is new, so a 412 means this PUT's own earlier attempt
+		// landed: the SDK sent it again after losing the answer (a
+		// connection reset, more likely as the default client churns
+		// through connections at high concurrency). It counts as written.
+		var re *awshttp.ResponseError
+		if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusPreconditionFailed {
+			return nil
+		}
 		return err
 	}
 }

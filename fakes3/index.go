@@ -45,6 +45,15 @@ func (x *keyIndex) insert(key string) {
 	x.chunks = slices.Insert(x.chunks, ci+1, hi)
 }
 
+// has reports whether key is present.
+func (x *keyIndex) has(key string) bool {
+	if len(x.chunks) == 0 {
+		return false
+	}
+	_, ok := slices.BinarySearch(x.chunks[x.chunk(key)], key)
+	return ok
+}
+
 // remove deletes key if present.
 func (x *keyIndex) remove(key string) {
 	if len(x.chunks) == 0 {

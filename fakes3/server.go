@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +53,10 @@ type ServerOptions struct {
 	// so requests still overlap), to stand in for the network round trip
 	// to a real store in benchmarks that compare against it.
 	Latency time.Duration
+
+	// wrapBackend, in tests, wraps gofakes3's backend to watch the
+	// requests the server makes of it.
+	wrapBackend func(gofakes3.Backend) gofakes3.Backend
 }
 
 // Server is an S3 endpoint for tests that must go through aws-sdk-go-v2 and
@@ -70,7 +73,9 @@ type ServerOptions struct {
 //     interleave with another write. Bodies are read before the lock is
 //     taken, so a slow client cannot stall other writers.
 //   - Correct paginated listings with a delimiter (gofakes3's in-memory
-//     backend repeats a common prefix across a page boundary).
+//     backend repeats a common prefix across a page boundary), served from
+//     an ordered index of the keys, so a LIST costs O(log n + page) and
+//     not, as in gofakes3's backends, O(keys in the bucket).
 //   - Conditional headers it cannot honour (on a copy, a multipart upload,
 //     or If-None-Match on DELETE) are refused with 501 NotImplemented rather
 //     than silently ignored.
@@ -126,7 +131,15 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		s.db = db
 		backend = &boltSafe{Backend: s3bolt.New(db)}
 	}
-	s.backend = pagedLister{backend}
+	if opts.wrapBackend != nil {
+		backend = opts.wrapBackend(backend)
+	}
+	lister, err := newIndexedLister(backend)
+	if err != nil {
+		s.closeDB()
+		return nil, fmt.Errorf("index fakes3 store: %w", err)
+	}
+	s.backend = lister
 	for _, name := range opts.Buckets {
 		if err := s.CreateBucket(name); err != nil {
 			s.closeDB()
@@ -395,69 +408,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, status int, 
 	}
 	_, _ = io.WriteString(w, xml.Header)
 	_, _ = w.Write(body)
-}
-
-// pagedLister fixes listing with a delimiter across pages. gofakes3's s3mem
-// ends a page inside a common prefix and, on the next page, returns that
-// prefix again; it also reports IsTruncated when only non-matching keys
-// follow. pagedLister asks the backend for the flat listing after the marker
-// and applies the delimiter and the page size itself, the way S3 does: a
-// common prefix counts once, and the next page starts after every key it
-// rolls up.
-type pagedLister struct{ gofakes3.Backend }
-
-func (l pagedLister) ListBucket(name string, prefix *gofakes3.Prefix, page gofakes3.ListBucketPage) (*gofakes3.ObjectList, error) {
-	var p, delim string
-	if prefix != nil {
-		if prefix.HasPrefix {
-			p = prefix.Prefix
-		}
-		if prefix.HasDelimiter {
-			delim = prefix.Delimiter
-		}
-	}
-	flat := &gofakes3.Prefix{HasPrefix: p != "", Prefix: p}
-	all, err := l.Backend.ListBucket(name, flat, gofakes3.ListBucketPage{Marker: page.Marker, HasMarker: page.HasMarker})
-	if err != nil {
-		return nil, err
-	}
-	items := all.Contents
-	sort.Slice(items, func(i, j int) bool { return items[i].Key < items[j].Key })
-
-	out := gofakes3.NewObjectList()
-	var n int64
-	for i := 0; i < len(items); i++ {
-		it := items[i]
-		if !strings.HasPrefix(it.Key, p) || (page.HasMarker && it.Key <= page.Marker) {
-			continue
-		}
-		if page.MaxKeys > 0 && n == page.MaxKeys {
-			out.IsTruncated = true
-			break
-		}
-		cp := ""
-		if delim != "" {
-			if j := strings.Index(it.Key[len(p):], delim); j >= 0 {
-				cp = it.Key[:len(p)+j+len(delim)]
-			}
-		}
-		if cp != "" {
-			out.AddPrefix(cp)
-			for i+1 < len(items) && strings.HasPrefix(items[i+1].Key, cp) {
-				i++
-			}
-			out.NextMarker = items[i].Key
-		} else {
-			out.Add(it)
-			out.NextMarker = it.Key
-		}
-		n++
-	}
-	if !out.IsTruncated {
-		// gofakes3 sends a continuation token whenever NextMarker is set.
-		out.NextMarker = ""
-	}
-	return out, nil
 }
 
 // gofakesLog adapts slog to gofakes3's logger. gofakes3 logs every request

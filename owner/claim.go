@@ -225,7 +225,7 @@ func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, st
 // new lease is born ended, with the node's error, never added to the held
 // leases that nothing would end any more.
 func (n *Node) mint(cell string, rec Record, etag string) *Lease {
-	l := &Lease{cell: cell, epoch: rec.Epoch, node: rec.Node, nonce: rec.Nonce, etag: etag, rel: n, minted: true}
+	l := &Lease{cell: cell, epoch: rec.Epoch, nonce: rec.Nonce, etag: etag, rel: n, minted: true}
 	n.mu.Lock()
 	if ferr := n.ferr; ferr != nil {
 		n.mu.Unlock()

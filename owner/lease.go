@@ -18,18 +18,22 @@ import (
 type Lease struct {
 	cell  string
 	epoch uint64
-	node  string
 	nonce string
 	etag  string // own.json's ETag as written by the claim
-	rel   releaser
+	// rel is the node that claimed the lease (and whose name it records):
+	// it writes the release and forgets the lease when it ends.
+	rel *Node
 
 	once sync.Once
 	mu   sync.Mutex
 	// done is made by the first Done call, not by the claim: a node holding
 	// many idle leases that nobody waits on keeps no channel for each.
-	done  chan struct{}
-	err   error
-	after []func() // registered by AfterEnd; started when the lease ends
+	done chan struct{}
+	err  error
+	// after is what AfterEnd registered, started when the lease ends: one
+	// func (several are chained), not a slice, as a daemon registers one
+	// per lease and holds many.
+	after func()
 	// releasing counts this node's releases of the lease under way: the
 	// node's record watch ignores what it reads meanwhile.
 	releasing int32
@@ -41,12 +45,6 @@ type Lease struct {
 	ended bool
 }
 
-// releaser writes the released record; implemented by *Node.
-type releaser interface {
-	releaseLease(ctx context.Context, l *Lease) error
-	forget(l *Lease)
-}
-
 // Cell is the cell this lease owns.
 func (l *Lease) Cell() string { return l.cell }
 
@@ -54,7 +52,12 @@ func (l *Lease) Cell() string { return l.cell }
 func (l *Lease) Epoch() uint64 { return l.epoch }
 
 // Node is the node id that holds the lease.
-func (l *Lease) Node() string { return l.node }
+func (l *Lease) Node() string {
+	if l == nil || l.rel == nil {
+		return ""
+	}
+	return l.rel.cfg.Name
+}
 
 // Token is the claim's nonce: unique per claim, so it identifies the writer
 // incarnation (two claims of one epoch are impossible, but a restarted node
@@ -126,8 +129,8 @@ func (l *Lease) end(err error) {
 		if done != nil {
 			close(done)
 		}
-		for _, f := range after {
-			go f()
+		if after != nil {
+			go after()
 		}
 	})
 }
@@ -140,7 +143,11 @@ func (l *Lease) AfterEnd(f func()) {
 	if l != nil && l.minted {
 		l.mu.Lock()
 		if l.err == nil {
-			l.after = append(l.after, f)
+			if prev := l.after; prev != nil {
+				l.after = func() { go prev(); f() }
+			} else {
+				l.after = f
+			}
 			l.mu.Unlock()
 			return
 		}

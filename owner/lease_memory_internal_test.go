@@ -1,7 +1,11 @@
 package owner
 
 import (
+	"maps"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"unsafe"
 
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
@@ -49,4 +53,62 @@ func TestLeaseDoneMadeOnDemand(t *testing.T) {
 	if held := n.Held(); len(held) != 0 {
 		t.Fatalf("ended leases still listed as held: %v", held)
 	}
+}
+
+// A Lease fits the 128-byte size class (a daemon keeps one per held cell):
+// it names its node through the node that claimed it rather than a copy of
+// the name, and keeps what AfterEnd registered as one func.
+func TestLeaseIsSmall(t *testing.T) {
+	if size := unsafe.Sizeof(Lease{}); size > 128 {
+		t.Errorf("Lease is %d bytes, want at most 128", size)
+	}
+}
+
+// Every func AfterEnd registered runs once the lease ends, each in its own
+// goroutine (one blocking does not hold up the others), and one registered
+// after the end runs at once.
+func TestAfterEndRunsEveryFunc(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, err := NewNode(fakes3.NewMem(), Config{Name: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := n.Claim(t.Context(), "c", ClaimOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Node() != "a" {
+			t.Fatalf("Node() = %q, want a", l.Node())
+		}
+		var mu sync.Mutex
+		ran := map[int]int{}
+		block := make(chan struct{})
+		for i := range 3 {
+			l.AfterEnd(func() {
+				mu.Lock()
+				ran[i]++
+				mu.Unlock()
+				if i == 0 {
+					<-block // must not keep 1 and 2 from running
+				}
+			})
+		}
+		synctest.Wait()
+		if len(ran) != 0 {
+			t.Fatalf("ran before the end: %v", ran)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		l.AfterEnd(func() { mu.Lock(); ran[3]++; mu.Unlock() })
+		synctest.Wait()
+		close(block)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := map[int]int{0: 1, 1: 1, 2: 1, 3: 1}; !maps.Equal(ran, want) {
+			t.Fatalf("ran %v, want %v", ran, want)
+		}
+	})
 }

@@ -10,6 +10,6 @@ import (
 // Announce does only the first step of Open for lease: it creates the
 // epoch's announcement marker, as an owner that then crashes would.
 func Announce(ctx context.Context, b bucket.Bucket, lease *owner.Lease) error {
-	l := &Log{s: newStore(b, lease.Cell(), nil), lease: lease, epoch: lease.Epoch()}
+	l := &Log{s: makeStore(b, lease.Cell(), nil), lease: lease, epoch: lease.Epoch()}
 	return l.announce(ctx)
 }

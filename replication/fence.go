@@ -112,7 +112,7 @@ func (l *Log) recheck(ctx context.Context) error {
 // ann get nothing: they never announced before the LIST, so they never
 // write.
 func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, error) {
-	s, E := l.s, l.epoch
+	s, E := &l.s, l.epoch
 	c := a.at
 	checked := false // stillValid was asked since the walk met its first gap
 	gap := func(end TxID) error {
@@ -196,7 +196,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 // returns the file that holds the slot afterwards: the marker it wrote, or
 // what someone else wrote there first.
 func (l *Log) fill(ctx context.Context, c cursor, kind Kind) (*File, error) {
-	s, E := l.s, l.epoch
+	s, E := &l.s, l.epoch
 	key := SlotKey(s.cell, c.epoch, c.txid)
 	if brokenNoSeal {
 		return &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Pos: c.pos, By: E}, nil

@@ -67,6 +67,16 @@ type closer struct {
 	stop context.CancelFunc // cuts the attempt under way short (Abandon)
 }
 
+// closerLocked returns the log's Close bookkeeping, made by the first
+// Close or Abandon: an open log keeps none (a daemon holds one log per
+// cell). l.mu must be held.
+func (l *Log) closerLocked() *closer {
+	if l.c == nil {
+		l.c = &closer{}
+	}
+	return l.c
+}
+
 // Close waits for queued appends, then seals the log's own chain end (a
 // seal at its next slot, in its own epoch), so that the release that
 // follows lets the next claimer start without walking. It does not release
@@ -76,7 +86,7 @@ type closer struct {
 func (l *Log) Close(ctx context.Context) error {
 	l.mu.Lock()
 	for l.state.attempting() {
-		done := l.c.done
+		done := l.closerLocked().done
 		l.mu.Unlock()
 		select {
 		case <-done:
@@ -86,19 +96,19 @@ func (l *Log) Close(ctx context.Context) error {
 		l.mu.Lock()
 	}
 	if l.state.final() {
-		err := l.c.err
+		err := l.closerLocked().err
 		l.mu.Unlock()
 		return err
 	}
 	// The first attempt, or a retry after one that failed (a store outage,
 	// a deadline): appends stay refused either way.
 	l.moveLocked(stateClosing)
-	l.c.done = make(chan struct{})
+	l.closerLocked().done = make(chan struct{})
 	l.kickLocked()
 	l.mu.Unlock()
 	err := l.close(ctx)
 	l.mu.Lock()
-	l.c.err, l.c.stop = err, nil
+	l.closerLocked().err, l.closerLocked().stop = err, nil
 	switch {
 	case l.state == stateAbandoning:
 		l.moveLocked(stateAbandoned)
@@ -107,7 +117,7 @@ func (l *Log) Close(ctx context.Context) error {
 	default:
 		l.moveLocked(stateCloseFailed)
 	}
-	final, done := l.state.final(), l.c.done
+	final, done := l.state.final(), l.closerLocked().done
 	l.mu.Unlock()
 	close(done)
 	if final {
@@ -140,10 +150,10 @@ func (l *Log) Abandon() {
 	switch l.state {
 	case stateClosing: // the attempt under way ends the log
 		l.moveLocked(stateAbandoning)
-		stopClose = l.c.stop
+		stopClose = l.closerLocked().stop
 	case stateOpen, stateCloseFailed:
 		l.moveLocked(stateAbandoned)
-		l.c.err = l.err
+		l.closerLocked().err = l.err
 		settle = true
 	}
 	cancel, stopped := l.writerLocked()
@@ -167,7 +177,7 @@ func (l *Log) close(ctx context.Context) error {
 	// Closing stops new appends, so once the writer (if one runs) has
 	// drained the queue and exited, none starts again.
 	l.mu.Lock()
-	l.c.stop = stopClose
+	l.closerLocked().stop = stopClose
 	var handed []*pending
 	if brokenHandoffAck {
 		handed = l.handOverLocked()

@@ -11,7 +11,7 @@ func TestLogStateTransitions(t *testing.T) {
 			t.Errorf("%s: final %v, transitions %v; want final, none", s, s.final(), transitions[s])
 		}
 	}
-	l := &Log{s: &store{cell: "c"}, epoch: 1}
+	l := &Log{s: store{cell: "c"}, epoch: 1}
 	l.moveLocked(stateClosing)
 	l.moveLocked(stateCloseFailed)
 	l.moveLocked(stateClosing)

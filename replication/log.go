@@ -30,7 +30,7 @@ type Result struct {
 // the writer that group-commits appends (writer.go), its life from open to
 // closed or abandoned (lifecycle.go), and reads (logread.go).
 type Log struct {
-	s     *store
+	s     store // inline: a daemon keeps a Log per held cell
 	lease *owner.Lease
 	epoch uint64
 	start Head // the chain head when the log opened
@@ -42,7 +42,7 @@ type Log struct {
 	nextPos Pos          // the position of the first record at next
 	index   []indexEntry // (txid, first position) of files this log wrote
 	w       *writer      // the running writer goroutine and its queue (writer.go); nil while none runs
-	c       closer       // the Close attempts (lifecycle.go)
+	c       *closer      // the Close attempts (lifecycle.go); nil until the first one
 }
 
 type indexEntry struct {
@@ -102,7 +102,7 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 		return nil, errcode.Errorf(errcode.CodeBadRequest, "open log %s epoch %d: a log is already open on this lease", lease.Cell(), lease.Epoch())
 	}
 	l := &Log{
-		s:     newStore(b, lease.Cell(), opts),
+		s:     makeStore(b, lease.Cell(), opts),
 		lease: lease,
 		epoch: lease.Epoch(),
 	}

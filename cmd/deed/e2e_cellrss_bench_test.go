@@ -21,15 +21,17 @@ import (
 	"github.com/deedkit/deed/fakes3"
 )
 
-// rssCells is BenchmarkE2EIdleCellRSS's N: on a loaded machine 50,000
-// appends through one daemon may take minutes.
+// rssCells is BenchmarkE2EIdleCellRSS's N: 50,000 acquisitions through
+// one daemon take 1.5-2 minutes on 2 busy cores (a smaller N for a quicker
+// look).
 var rssCells = flag.Int("rss-cells", 50000, "cells BenchmarkE2EIdleCellRSS acquires (the slope starts at a tenth of it)")
 
 // BenchmarkE2EIdleCellRSS measures the memory the real `deed run` process
 // spends per held idle cell: a fresh daemon (built without -race, its
 // runtime's defaults: GOGC=100, no memory limit) against `deed fakes3` on
-// loopback acquires N cells through its HTTP API, 16 appends in flight, one
-// record per cell, then goes idle. Its VmRSS is read from /proc before the
+// loopback (in memory) acquires N cells through its HTTP API, 16 appends
+// in flight, one record per cell, then goes idle. Issue 15's target: at
+// most 1 KiB per cell at N = 50,000. Its VmRSS is read from /proc before the
 // first append and after a settle time. Reported:
 //
 //   - RSS-B/cell: (RSS(N) − RSS(0)) / N at N = 50,000 (-rss-cells).
@@ -41,8 +43,9 @@ var rssCells = flag.Int("rss-cells", 50000, "cells BenchmarkE2EIdleCellRSS acqui
 //     from its /metrics) over N; RSS on top of it is garbage
 //     not yet collected, memory not yet returned to the OS, and stacks.
 //
-// It needs /proc (Linux) and runs for about a minute; it is not part of
-// make test.
+// It needs /proc (Linux) and runs for about three minutes (it logs each
+// N's acquisition rate, which stays flat as the cells grow); it is not
+// part of make test.
 func BenchmarkE2EIdleCellRSS(b *testing.B) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		b.Skip("reads VmRSS from /proc: Linux only")
@@ -82,13 +85,15 @@ func BenchmarkE2EIdleCellRSS(b *testing.B) {
 // once it is idle.
 func idleCellsRSS(t *testing.T, n int) (rss0, rss1, heap0, heap1 int64) {
 	bin := plainDeedBinary(t)
-	s3, dir := freeAddr(t), t.TempDir()
-	startCmd(t, exec.Command(bin, "fakes3", "--listen", s3, "--bucket", "rss", "--dir", dir), "deed fakes3")
+	s3 := freeAddr(t)
+	// The store keeps its objects in memory and checks no signatures: what
+	// is measured is the daemon, and a store that fsyncs every PUT (--dir)
+	// and verifies every signature would make 50,000 acquisitions take
+	// several minutes on a small machine. The daemon signs its requests
+	// as it would for any store.
+	startCmd(t, exec.Command(bin, "fakes3", "--listen", s3, "--bucket", "rss", "--no-auth"), "deed fakes3")
 	waitS3(t, s3)
-	creds, err := fakes3.LoadCredentials(filepath.Join(dir, fakes3.CredentialsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := fakes3.Credentials{AccessKeyID: "rss", SecretAccessKey: "rss"}
 	addr := freeAddr(t)
 	// A long TTL: on a loaded machine the burst must not starve the node
 	// lease's renewals into a fence (what is measured is memory).
@@ -114,6 +119,7 @@ func idleCellsRSS(t *testing.T, n int) (rss0, rss1, heap0, heap1 int64) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, inFlight)
+	start := time.Now()
 	for range inFlight {
 		wg.Add(1)
 		go func() {
@@ -148,6 +154,8 @@ func idleCellsRSS(t *testing.T, n int) (rss0, rss1, heap0, heap1 int64) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	took := time.Since(start)
+	t.Logf("N=%d: acquired in %v (%.0f cells/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
 	rss1, heap1 = settle()
 	if held := metricValue(t, base, "deed_cells_held"); held != int64(n) {
 		t.Fatalf("deed_cells_held %d, want %d", held, n)
