@@ -204,22 +204,7 @@ func TestHandOffLosesNothingUnderAppends(t *testing.T) {
 		}
 		acked[a.data] = true
 	}
-	for after := replication.Pos(0); ; {
-		recs, err := replication.Read(context.Background(), b, "c", after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) == 0 {
-			break
-		}
-		for _, r := range recs {
-			delete(acked, string(r.Data))
-		}
-		after = recs[len(recs)-1].Pos
-	}
-	if len(acked) > 0 {
-		t.Fatalf("acknowledged appends missing from the log: %v", acked)
-	}
+	requireInLog(t, b, "c", acked)
 	if len(answers) < 5*wantMoves {
 		t.Fatalf("%d appends during %d moves: the test proved little", len(answers), moves)
 	}

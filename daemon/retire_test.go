@@ -3,11 +3,13 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/replication"
 )
@@ -64,8 +66,17 @@ func TestAppendsDuringRetireAreRetriedNotRefused(t *testing.T) {
 		t.Fatal("the cell was never released during the appends: the test proved nothing")
 	}
 	n := len(acked)
+	requireInLog(t, b, "c", acked)
+	t.Logf("%d releases during %d acknowledged appends", released.Load(), n)
+}
+
+// requireInLog fails t unless every record in acked is in cell's log,
+// read page by page from the bucket.
+func requireInLog(t *testing.T, b bucket.Bucket, cell string, acked map[string]bool) {
+	t.Helper()
+	missing := maps.Clone(acked)
 	for after := replication.Pos(0); ; {
-		recs, err := replication.Read(context.Background(), b, "c", after, 1000)
+		recs, err := replication.Read(context.Background(), b, cell, after, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,12 +84,11 @@ func TestAppendsDuringRetireAreRetriedNotRefused(t *testing.T) {
 			break
 		}
 		for _, r := range recs {
-			delete(acked, string(r.Data))
+			delete(missing, string(r.Data))
 		}
 		after = recs[len(recs)-1].Pos
 	}
-	if len(acked) > 0 {
-		t.Fatalf("acknowledged appends missing from the log: %v", acked)
+	if len(missing) > 0 {
+		t.Fatalf("acknowledged appends missing from the log of %s: %v", cell, missing)
 	}
-	t.Logf("%d releases during %d acknowledged appends", released.Load(), n)
 }
