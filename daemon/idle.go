@@ -238,7 +238,8 @@ func (d *Daemon) sweepIdle(ctx context.Context, s *idleSweeper) bool {
 	if !d.ready() {
 		return false
 	}
-	plan := planIdleSweep(d.heldCandidates(s), time.Now(), d.cfg.IdleRelease, d.cfg.MaxCells, idleSweepBatch)
+	cands := d.heldCandidates(s)
+	plan := planIdleSweep(cands, time.Now(), d.cfg.IdleRelease, d.cfg.MaxCells, idleSweepBatch)
 	if len(plan) == 0 {
 		return false
 	}
@@ -276,9 +277,13 @@ func (d *Daemon) sweepIdle(ctx context.Context, s *idleSweeper) bool {
 	}
 	n := released[releasedIdle] + released[releasedMaxCells]
 	if n > 0 || len(failed) > 0 {
-		d.log.Info("released idle cells", "idle", released[releasedIdle], "max_cells", released[releasedMaxCells], "failed", len(failed), "held", d.countHeld())
+		d.log.Info("released idle cells", "idle", released[releasedIdle], "max_cells", released[releasedMaxCells], "failed", len(failed), "held", len(cands)-n)
 	}
-	return n > 0 && d.cfg.MaxCells > 0 && d.countHeld() > d.cfg.MaxCells
+	// Counted from the live leases the sweep saw, less those it released:
+	// a retired cell's entry stays in d.cells until its lease's end has
+	// been processed, and counting it would retire one cell too many. A
+	// cell claimed since then wakes the sweep itself.
+	return n > 0 && d.cfg.MaxCells > 0 && len(cands)-n > d.cfg.MaxCells
 }
 
 // retireIdle retires one planned cell unless a request used it since it
