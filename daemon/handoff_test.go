@@ -588,13 +588,11 @@ func TestJoinTakesAShareWithinAMinute(t *testing.T) {
 		time.Sleep(ttl)
 		cells := cellNames(400)
 		for i, c := range cells {
-			d := ds[i%3]
-			h, err := d.acquire(t.Context(), c, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := h.log.Append(t.Context(), h.lease, []byte("rec-"+c)); err != nil {
-				t.Fatal(err)
+			// Through the API, as a client would: the rebalancers are
+			// already running and may move a cell under its first append,
+			// which the handler retries or forwards.
+			if _, status, path := f.appendFollowing(ds[i%3].cfg.Node, c, "rec-"+c); status != 200 {
+				t.Fatalf("append to %s: %v", c, path)
 			}
 		}
 		time.Sleep(ttl) // the three settle: each cell on its preferred node of three
