@@ -194,16 +194,10 @@ func (d *Daemon) showCell(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) listHeld(w http.ResponseWriter, r *http.Request) {
-	d.mu.Lock()
-	names := make([]string, 0, len(d.cells))
-	for n := range d.cells {
-		names = append(names, n)
-	}
-	d.mu.Unlock()
 	out := []client.HeldCell{}
-	for _, n := range names {
-		if c := d.held(n); c != nil {
-			out = append(out, client.HeldCell{Cell: n, Epoch: c.lease.Epoch()})
+	for _, c := range d.cellEntries() {
+		if h := c.live(); h != nil {
+			out = append(out, client.HeldCell{Cell: c.name, Epoch: h.lease.Epoch()})
 		}
 	}
 	slices.SortFunc(out, func(a, b client.HeldCell) int { return strings.Compare(a.Cell, b.Cell) })

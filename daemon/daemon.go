@@ -304,12 +304,29 @@ func (d *Daemon) held(name string) *holding {
 	if c == nil {
 		return nil
 	}
+	return c.live()
+}
+
+// live returns c's lease and log if its lease is live, or nil.
+func (c *cell) live() *holding {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lease == nil || c.lease.Err() != nil {
 		return nil
 	}
 	return c.holding()
+}
+
+// cellEntries is a snapshot of the cell entries, for the listings and
+// sweeps that then look at each cell under its own lock, never under d.mu.
+func (d *Daemon) cellEntries() []*cell {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cells := make([]*cell, 0, len(d.cells))
+	for _, c := range d.cells {
+		cells = append(cells, c)
+	}
+	return cells
 }
 
 // acquire returns the cell with a live lease and an open log, claiming it
@@ -541,12 +558,11 @@ func (d *Daemon) Close(ctx context.Context) error {
 		return nil
 	}
 	d.closed = true
-	cells := make([]*cell, 0, len(d.cells))
-	for _, c := range d.cells {
-		cells = append(cells, c)
-	}
 	n := d.node
 	d.mu.Unlock()
+	// Once closed is set acquire claims nothing, so a cell entered after
+	// this snapshot gets no lease: the snapshot holds every cell to drain.
+	cells := d.cellEntries()
 	// No idle release may start on a cell the drain is about to seal.
 	d.stopIdleSweep()
 

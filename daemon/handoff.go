@@ -516,38 +516,19 @@ func (d *Daemon) drainNode(on bool) http.HandlerFunc {
 }
 
 // countLive is the number of cells held here with a live lease.
-func (d *Daemon) countLive() int {
-	n := 0
-	for _, h := range d.heldNow() {
-		if h != nil {
-			n++
-		}
-	}
-	return n
-}
+func (d *Daemon) countLive() int { return len(d.heldNow()) }
 
-// heldNow is every cell held here with a live lease.
+// heldNow is every cell held here with a live lease and no retire begun.
 func (d *Daemon) heldNow() []*holding {
-	d.mu.Lock()
-	names := make([]string, 0, len(d.cells))
-	for n := range d.cells {
-		names = append(names, n)
-	}
-	d.mu.Unlock()
-	out := make([]*holding, 0, len(names))
-	for _, n := range names {
-		if h := d.held(n); h != nil && !h.c.releasingNow() {
-			out = append(out, h)
+	var out []*holding
+	for _, c := range d.cellEntries() {
+		c.mu.Lock()
+		if c.lease != nil && c.lease.Err() == nil && !c.releasing {
+			out = append(out, c.holding())
 		}
+		c.mu.Unlock()
 	}
 	return out
-}
-
-// releasingNow reports whether a retire of c has begun.
-func (c *cell) releasingNow() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.releasing
 }
 
 func (d *Daemon) kickRebalancer() {

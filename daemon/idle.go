@@ -187,12 +187,7 @@ func planIdleSweep(held []idleCandidate, now time.Time, idle time.Duration, maxC
 // heldCandidates lists the cells held here with a live lease, as the sweep
 // sees them.
 func (d *Daemon) heldCandidates(s *idleSweeper) []idleCandidate {
-	d.mu.Lock()
-	cells := make([]*cell, 0, len(d.cells))
-	for _, c := range d.cells {
-		cells = append(cells, c)
-	}
-	d.mu.Unlock()
+	cells := d.cellEntries()
 	out := make([]idleCandidate, 0, len(cells))
 	for name := range s.failed {
 		// Dropped meanwhile (the node fenced, the lease ended): nothing

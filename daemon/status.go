@@ -60,11 +60,8 @@ func (d *Daemon) status() Status {
 		Nodes: []owner.NodeView{}, Cells: []StatusCell{}}
 	d.mu.Lock()
 	n := d.node
-	cells := make([]*cell, 0, len(d.cells))
-	for _, c := range d.cells {
-		cells = append(cells, c)
-	}
 	d.mu.Unlock()
+	cells := d.cellEntries()
 	if n != nil {
 		s.Incarnation, s.Draining = n.Incarnation(), n.Draining()
 		s.Nodes = n.Observer().View()
