@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -347,17 +346,14 @@ func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned
 	return got, nil
 }
 
-// isPeer reports whether r carries this fleet's secret.
-func (d *Daemon) isPeer(r *http.Request) bool {
-	got := r.Header.Get(headerPeerToken)
-	return d.cfg.FleetSecret != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(d.cfg.FleetSecret)) == 1
-}
-
 // takeHandoff serves POST /v1/cells/{cell}/handoff, a peer's push after it
 // released cell for this node: claim it now (with the peer's released
 // ETag, one PUT), pinned when ?pin=true. Peers only (the fleet secret).
 func (d *Daemon) takeHandoff(w http.ResponseWriter, r *http.Request) {
-	if !d.isPeer(r) {
+	// guard has checked the fleet secret (peerAuth) and marked the
+	// request as a peer's; anything else is a client's, which may not push.
+	peer, ok := peerOf(r.Context())
+	if !ok {
 		writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "handoff: only a peer of this fleet (with the fleet secret) may push a cell"))
 		return
 	}
@@ -371,7 +367,7 @@ func (d *Daemon) takeHandoff(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	from := r.Header.Get(headerFrom)
+	from := peer.from
 	if etag := r.Header.Get(headerHandoffETag); etag != "" {
 		epoch, err := strconv.ParseUint(r.Header.Get(headerHandoffEpoch), 10, 64)
 		if n, nerr := d.currentNode(); err == nil && nerr == nil {

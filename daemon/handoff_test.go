@@ -699,3 +699,30 @@ func TestMoveOfACellHeldNowhereOrElsewhere(t *testing.T) {
 		}
 	})
 }
+
+// Only a peer with the fleet secret may push a cell: a client's push, or
+// one with another secret, is refused and claims nothing.
+func TestHandoffPushNeedsTheFleetSecret(t *testing.T) {
+	m := fakes3.NewMem()
+	f := newTestFleet()
+	a := f.open(t, m, "a", 3*time.Second, -1)
+	for name, secret := range map[string]string{"client": "", "wrong secret": "another-fleet-secret"} {
+		req := httptest.NewRequest("POST", "/v1/cells/c/handoff", nil)
+		if secret != "" {
+			req.Header.Set(headerPeerToken, secret)
+		}
+		rec := httptest.NewRecorder()
+		f.handler("a").ServeHTTP(rec, req)
+		var body client.ErrorBody
+		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+		if rec.Code != 401 || body.Code != errcode.CodeUnauthorized {
+			t.Errorf("%s push: %d %s, want 401 DEED-E041", name, rec.Code, rec.Body)
+		}
+	}
+	if a.held("c") != nil {
+		t.Fatal("a refused push claimed the cell")
+	}
+	if _, ok := m.Bytes(owner.CellKey("c")); ok {
+		t.Fatal("a refused push wrote an ownership record")
+	}
+}
