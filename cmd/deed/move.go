@@ -201,25 +201,20 @@ func placementClient(ctx context.Context, cfg *config, cmd *cobra.Command, af *a
 	return af.clientAt(cfg, cmd, addr)
 }
 
-// nodeAddr is the address node advertises in its node lease (one LIST of
-// the leases and a GET of each). DEED-E040 when there is no such lease,
-// it is released (the node stopped), or it has no address.
+// nodeAddr is the address node advertises in its node lease (one GET of
+// that lease). DEED-E040 when there is no such lease, it is released (the
+// node stopped), or it has no address.
 func nodeAddr(ctx context.Context, b bucket.Bucket, node string) (string, error) {
-	obs := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin})
-	if err := obs.Refresh(ctx); err != nil {
-		return "", errcode.Wrap(err, "read node leases")
+	ob, err := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin}).Observe(ctx, node)
+	switch {
+	case err != nil:
+		return "", errcode.Wrap(err, "read the node lease of %s", node)
+	case !ob.Exists:
+		return "", errcode.Errorf(errcode.CodeBadRequest, "no node lease for node %s in this bucket (see deed nodes)", node)
+	case ob.Released:
+		return "", errcode.Errorf(errcode.CodeBadRequest, "node %s is not running (its node lease is released)", node)
+	case ob.Addr == "":
+		return "", errcode.Errorf(errcode.CodeBadRequest, "node %s advertises no address in its node lease: use --addr", node)
 	}
-	for _, v := range obs.View() {
-		if v.Node != node {
-			continue
-		}
-		switch {
-		case v.Released || !v.Exists:
-			return "", errcode.Errorf(errcode.CodeBadRequest, "node %s is not running (its node lease is released)", node)
-		case v.Addr == "":
-			return "", errcode.Errorf(errcode.CodeBadRequest, "node %s advertises no address in its node lease: use --addr", node)
-		}
-		return v.Addr, nil
-	}
-	return "", errcode.Errorf(errcode.CodeBadRequest, "no node lease for node %s in this bucket (see deed nodes)", node)
+	return ob.Addr, nil
 }
