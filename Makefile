@@ -207,7 +207,7 @@ image-check:
 	cd deploy/image && $(GO) test -count=1 ./...
 
 deploy-check:
-	$(GO) test -count=1 -run 'TestDeploy|TestMetricsMatchREADME' ./daemon
+	$(GO) test -count=1 -run 'TestDeploy|TestMetricsMatchDocs' ./daemon
 
 # man: one page per command, generated from the cobra command tree.
 man:

@@ -2,7 +2,7 @@ package daemon
 
 // Benchmarks of the node daemon: what one held cell costs in memory and in
 // S3 requests, and what the daemon adds on top of the S3 calls it makes.
-// Run them with `make bench`; see the README's "Performance and cost".
+// Run them with `make bench`; see docs/performance.md.
 
 import (
 	"bytes"

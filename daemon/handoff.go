@@ -23,7 +23,7 @@ import (
 // Moves: a cell held here whose preferred node is another live node is
 // handed off to it (retire, then a push that makes the target claim at
 // once); a draining node hands off every cell; `deed move` hands one cell
-// off with a pin. The README's "Placement and moves" says what an operator
+// off with a pin. docs/fleet.md ("Placement and moves") says what an operator
 // sees.
 
 const (

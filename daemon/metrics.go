@@ -37,7 +37,7 @@ type metrics struct {
 
 // Label values each series is created with at zero, so that a dashboard or
 // an alert sees "0 so far" rather than no series until the first event.
-// They are all the values the code emits; the README's metrics table lists
+// They are all the values the code emits; the metrics table of docs/operations.md lists
 // the same, and a test checks the three agree.
 var (
 	claimLabels = [][2]string{ // result, reason

@@ -17,7 +17,7 @@ import (
 	"github.com/deedkit/deed/fakes3"
 )
 
-// documentedSeries is one row of the README's metrics table: a series name
+// documentedSeries is one row of the metrics table of docs/operations.md: a series name
 // (or a name prefix ending in *) and its labels with their documented
 // values (none listed: any value).
 type documentedSeries struct {
@@ -25,18 +25,18 @@ type documentedSeries struct {
 	labels map[string][]string
 }
 
-// readmeMetrics parses the metrics table of README.md, the single list of
+// readmeMetrics parses the metrics table of docs/operations.md, the single list of
 // the series the daemon documents.
 func readmeMetrics(t *testing.T) []documentedSeries {
 	t.Helper()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(raw)
 	start := strings.Index(text, "| series | labels | meaning |")
 	if start < 0 {
-		t.Fatal("README has no metrics table")
+		t.Fatal("docs/operations.md has no metrics table")
 	}
 	tick := regexp.MustCompile("`([^`]+)`(?: \\(([^)]*)\\))?")
 	var out []documentedSeries
@@ -46,7 +46,7 @@ func readmeMetrics(t *testing.T) []documentedSeries {
 		}
 		cols := strings.Split(line, "|")
 		if len(cols) < 4 {
-			t.Fatalf("README metrics row %q: want 3 columns", line)
+			t.Fatalf("docs/operations.md metrics row %q: want 3 columns", line)
 		}
 		labels := map[string][]string{}
 		for _, m := range tick.FindAllStringSubmatch(cols[2], -1) {
@@ -61,7 +61,7 @@ func readmeMetrics(t *testing.T) []documentedSeries {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatal("README metrics table has no rows")
+		t.Fatal("docs/operations.md metrics table has no rows")
 	}
 	return out
 }
@@ -121,12 +121,12 @@ func value(fam *dto.MetricFamily, labels map[string]string) (float64, bool) {
 	return 0, false
 }
 
-// TestMetricsMatchREADME scrapes /metrics after a known workload: every
-// series the README documents is there with the documented labels and
+// TestMetricsMatchDocs scrapes /metrics after a known workload: every
+// series the docs document is there with the documented labels and
 // every documented value (at 0 if it has not happened), no deed_* series is
 // undocumented, no label takes an undocumented value, and the counters
 // agree with the workload.
-func TestMetricsMatchREADME(t *testing.T) {
+func TestMetricsMatchDocs(t *testing.T) {
 	fams, appends := scrapeAfterWorkload(t)
 	documented := map[string]bool{}
 	for _, s := range readmeMetrics(t) {
@@ -139,14 +139,14 @@ func TestMetricsMatchREADME(t *testing.T) {
 				found = found || strings.HasPrefix(name, prefix)
 			}
 			if !found {
-				t.Errorf("README documents %s: no such series scraped", s.name)
+				t.Errorf("docs/operations.md documents %s: no such series scraped", s.name)
 			}
 			continue
 		}
 		documented[s.name] = true
 		fam, ok := fams[s.name]
 		if !ok {
-			t.Errorf("README documents %s: not scraped", s.name)
+			t.Errorf("docs/operations.md documents %s: not scraped", s.name)
 			continue
 		}
 		var names []string
@@ -164,12 +164,12 @@ func TestMetricsMatchREADME(t *testing.T) {
 				}
 				seen[l.GetName()][l.GetValue()] = true
 				if vs := s.labels[l.GetName()]; vs != nil && !slices.Contains(vs, l.GetValue()) {
-					t.Errorf("%s{%s=%q}: value not in the README (%v)", s.name, l.GetName(), l.GetValue(), vs)
+					t.Errorf("%s{%s=%q}: value not in docs/operations.md (%v)", s.name, l.GetName(), l.GetValue(), vs)
 				}
 			}
 			sort.Strings(got)
 			if !slices.Equal(got, names) {
-				t.Errorf("%s has labels %v, README says %v", s.name, got, names)
+				t.Errorf("%s has labels %v, docs/operations.md says %v", s.name, got, names)
 			}
 		}
 		for l, vs := range s.labels {
@@ -185,7 +185,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 	}
 	for name := range fams {
 		if strings.HasPrefix(name, "deed_") && !documented[name] {
-			t.Errorf("%s is exported but not in the README's metrics table", name)
+			t.Errorf("%s is exported but not in the metrics table of docs/operations.md", name)
 		}
 	}
 

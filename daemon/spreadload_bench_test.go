@@ -52,7 +52,7 @@ import (
 //
 // Everything runs in one process: the store fake, the daemon, its API
 // clients and the raw loop share the machine's cores (2 on the machine the
-// README's numbers come from), so records/s is CPU-bound and the ratio is
+// numbers in docs/performance.md come from), so records/s is CPU-bound and the ratio is
 // what means something. C=256,M=1000 is issue 15's load; C=16,M=100 a
 // quick one.
 func BenchmarkSpreadLoad(b *testing.B) {

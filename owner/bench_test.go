@@ -6,7 +6,7 @@ package owner_test
 // own.json first, 2 RTT. A refused guess costs one RTT more, and after one
 // refusal a node reads unknown cells first (see owner's hintTable), so a
 // run of cells that exist costs 3 RTT for its first claim only. Run with
-// `make bench`; see the README's "Performance and cost".
+// `make bench`; see docs/performance.md.
 
 import (
 	"context"

@@ -4,7 +4,7 @@ package replication_test
 // runs with no injected latency (the CPU cost of deed) and with 20 ms per
 // request inside a synctest bubble, where latencies divided by the RTT
 // count round trips exactly. They report ratios as custom metrics; run them
-// with `make bench`. See the README's "Performance and cost".
+// with `make bench`. See docs/performance.md.
 
 import (
 	"context"

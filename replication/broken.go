@@ -5,7 +5,7 @@ package replication
 import "context"
 
 // Deliberately broken rules. Each one drops a piece of the data path that
-// the promises rest on (README: "Guarantees"). They exist only so that the
+// the promises rest on (docs/guarantees.md). They exist only so that the
 // simulation (replication/simulation) and the step-by-step races in this
 // package's tests can prove their checkers catch them: a checker that stays
 // green against a broken protocol is a broken checker.

@@ -271,7 +271,7 @@ func deedRenewals(ctx context.Context, b bucket.Bucket, px *proxy, leases int, d
 	}}
 	// No record watch: the row is about renewal, which the daemon pays
 	// (it turns the watch off); the watch's GET per held cell is priced
-	// in the README's cost model.
+	// in the cost model of docs/performance.md.
 	node, err := owner.NewNode(bucket.WithPrefix(b, "renew"), owner.Config{Name: "renewer", TTL: ttl, Hooks: hooks, WatchInterval: -1})
 	if err != nil {
 		return 0, err

@@ -6,7 +6,7 @@ import (
 	"github.com/deedkit/deed/errcode"
 )
 
-// Every code has the exit status the README documents: scripts branch on
+// Every code has the exit status docs/errors.md documents: scripts branch on
 // it, so it must not change when codes are added.
 func TestCodeExitStatus(t *testing.T) {
 	for code, want := range map[errcode.Code]int{

@@ -29,6 +29,6 @@
 // A failing seed prints the command that replays it. Replaying repeats the
 // schedule exactly (it is a pure function of the seed); the interleaving of
 // goroutines inside the bubble is the Go scheduler's and may differ, so a
-// replay usually, not always, repeats the failure. See the README's
-// "Guarantees and how they are tested".
+// replay usually, not always, repeats the failure. See docs/guarantees.md,
+// "Replaying a seed".
 package simulation
