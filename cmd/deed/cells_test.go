@@ -333,7 +333,10 @@ func TestClaimHoldLeaseLost(t *testing.T) {
 	wantExit(t, e.run(t, "claim", "c", "--node", "b", "--force"), 0, "")
 	res := hold.wait(t, 5*time.Second)
 	wantExit(t, res, 3, errcode.CodeSuperseded)
-	if !strings.Contains(res.stderr, "fenced by a claim at epoch 2 (no holder now)") {
+	// The holder's watch may read the record while b holds it (between the
+	// forced claim and its release) or after: both answers name epoch 2.
+	if !strings.Contains(res.stderr, "fenced by a claim at epoch 2 (no holder now)") &&
+		!strings.Contains(res.stderr, "superseded: now held by node b at epoch 2") {
 		t.Errorf("stderr %q", res.stderr)
 	}
 	// The holder did not write over the fence on its way out.
