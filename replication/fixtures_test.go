@@ -23,8 +23,13 @@ func TestFormatFixtures(t *testing.T) {
 		"records.ltx":   {Kind: replication.KindRecords, Epoch: 3, TxID: 7, Token: "0123456789abcdef0123456789abcdef", Pos: 12, Records: [][]byte{[]byte("hello"), []byte(""), []byte("world")}},
 		"seal.ltx":      {Kind: replication.KindSeal, Epoch: 3, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5},
 		"tombstone.ltx": {Kind: replication.KindTombstone, Epoch: 4, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5},
+		// Version 2: a timestamp, and idempotency keys on records.
+		"records-v2.ltx": {Kind: replication.KindRecords, Epoch: 3, TxID: 7, Token: "0123456789abcdef0123456789abcdef", Pos: 12, Records: [][]byte{[]byte("hello"), []byte(""), []byte("world")},
+			TS: 1767225600123, Keys: []replication.TxKey{{Key: "order-17", First: 0, Count: 1}, {Key: "batch 9", First: 1, Count: 2}}},
+		"seal-v2.ltx": {Kind: replication.KindSeal, Epoch: 3, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5, TS: 1767225600123},
 	}
-	keys := map[string]string{"records.ltx": replication.SlotKey("c", 3, 7), "seal.ltx": replication.SlotKey("c", 3, 8), "tombstone.ltx": replication.SlotKey("c", 4, 8)}
+	keys := map[string]string{"records.ltx": replication.SlotKey("c", 3, 7), "seal.ltx": replication.SlotKey("c", 3, 8), "tombstone.ltx": replication.SlotKey("c", 4, 8),
+		"records-v2.ltx": replication.SlotKey("c", 3, 7), "seal-v2.ltx": replication.SlotKey("c", 3, 8)}
 	for name, f := range golden {
 		body, err := replication.Encode(f)
 		if err != nil {
@@ -44,7 +49,8 @@ func TestFormatFixtures(t *testing.T) {
 			t.Errorf("%s: encoding changed; the format is versioned, old buckets must stay readable", name)
 		}
 		got, err := replication.Decode(keys[name], want)
-		if err != nil || got.Kind != f.Kind || got.Pos != f.Pos || got.Token != f.Token || len(got.Records) != len(f.Records) {
+		if err != nil || got.Kind != f.Kind || got.Pos != f.Pos || got.Token != f.Token || len(got.Records) != len(f.Records) ||
+			got.TS != f.TS || len(got.Keys) != len(f.Keys) {
 			t.Errorf("%s: decode %+v, %v", name, got, err)
 		}
 	}
