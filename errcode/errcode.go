@@ -35,6 +35,8 @@ const (
 	CodeCorruptStore Code = "DEED-E032" // corrupt or truncated embedded store file
 	CodeBadRequest   Code = "DEED-E040" // request too large / bad request
 	CodeUnauthorized Code = "DEED-E041" // unauthorized
+	CodeKeyReused    Code = "DEED-E042" // idempotency key already used for another body; not applied
+	CodePosMismatch  Code = "DEED-E043" // conditional append: the log's next position is not the one named; not applied
 )
 
 // Error is an error carrying a stable code. Its message starts with the code

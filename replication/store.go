@@ -30,6 +30,8 @@ type config struct {
 	logger          *slog.Logger
 	indexLen        int
 	onCommit        func(records, puts int)
+	keyWindow       time.Duration
+	keyLimit        int
 	// shared is the configuration a Shared option built, which a store
 	// given only that option points to instead of keeping a copy.
 	shared *config
@@ -45,6 +47,8 @@ func defaults() config {
 		backoffMax:      time.Second,
 		logger:          slog.New(slog.DiscardHandler),
 		indexLen:        1 << 16,
+		keyWindow:       DefaultKeyWindow,
+		keyLimit:        DefaultKeyLimit,
 	}
 }
 
