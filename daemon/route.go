@@ -385,6 +385,9 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
+	if k := r.Header.Get(HeaderIdempotencyKey); k != "" {
+		req.Header.Set(HeaderIdempotencyKey, k) // the holder answers a retry with the first outcome
+	}
 	resp, err := d.peerClient().Do(req)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, sent.Load(), err)
