@@ -19,16 +19,26 @@ import (
 // answer {"code","error"} becomes the same coded error the daemon reported,
 // so the exit status is the one the command would have had locally.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, out any) error {
+	_, err := c.doHeader(ctx, method, path, query, body, nil, out)
+	return err
+}
+
+// doHeader is do with extra request headers; it returns the answer's
+// headers (nil when there was no answer).
+func (c *Client) doHeader(ctx context.Context, method, path string, query url.Values, body io.Reader, hdr http.Header, out any) (http.Header, error) {
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return newError(errcode.CodeBadRequest, 0, "%s %s: %w", method, u, err)
+		return nil, newError(errcode.CodeBadRequest, 0, "%s %s: %w", method, u, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -48,29 +58,29 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if write && sent.Load() {
-			return newError(errcode.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
+			return nil, newError(errcode.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
 		}
-		return newError(errcode.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
+		return nil, newError(errcode.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		if write {
-			return newError(errcode.CodeAmbiguous, resp.StatusCode, "%s %s: outcome unknown: the daemon's answer (%s) was cut off: %w", method, path, resp.Status, err)
+			return resp.Header, newError(errcode.CodeAmbiguous, resp.StatusCode, "%s %s: outcome unknown: the daemon's answer (%s) was cut off: %w", method, path, resp.Status, err)
 		}
-		return newError(errcode.CodeUnavailable, resp.StatusCode, "read the daemon's answer: %w", err)
+		return resp.Header, newError(errcode.CodeUnavailable, resp.StatusCode, "read the daemon's answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return apiError(resp, raw, write)
+		return resp.Header, apiError(resp, raw, write)
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		code := errcode.CodeUnavailable
 		if write {
 			code = errcode.CodeAmbiguous // it answered 2xx: the write may well have landed
 		}
-		return newError(code, resp.StatusCode, "the daemon at %s answered %s with something that is not deed's JSON: %.200q", c.redactedBase(), path, raw)
+		return resp.Header, newError(code, resp.StatusCode, "the daemon at %s answered %s with something that is not deed's JSON: %.200q", c.redactedBase(), path, raw)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // apiError turns an error answer into a coded error. write says the
@@ -90,6 +100,9 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 		}
 		ce := newError(e.Code, resp.StatusCode, "%s", msg)
 		ce.Owner, ce.OwnerAddr = e.Owner, e.OwnerAddr
+		if e.NextPos != nil {
+			ce.NextPos = *e.NextPos
+		}
 		return ce
 	}
 	// Not deed's error body: a proxy, or not a daemon at all.
