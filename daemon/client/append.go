@@ -102,6 +102,20 @@ func retryable(code errcode.Code) bool {
 	return false
 }
 
+// validKey is the daemon's check of a key (replication.ValidateKey), made
+// before anything is sent.
+func validKey(k string) error {
+	if len(k) == 0 || len(k) > 255 || k[0] == ' ' || k[len(k)-1] == ' ' {
+		return newError(errcode.CodeBadRequest, 0, "idempotency key of %d bytes: want 1..255 printable ASCII, not starting or ending with a space", len(k))
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return newError(errcode.CodeBadRequest, 0, "idempotency key: byte %d (0x%02x) is not printable ASCII", i, k[i])
+		}
+	}
+	return nil
+}
+
 // NewKey returns a fresh idempotency key (32 hex digits).
 func NewKey() string {
 	var b [16]byte
@@ -114,6 +128,8 @@ func (c *Client) retry(ctx context.Context, opts AppendOptions, send func(contex
 	key := opts.Key
 	if key == "" {
 		key = NewKey()
+	} else if err := validKey(key); err != nil {
+		return nil, err
 	}
 	q := url.Values{}
 	if opts.MatchPos != 0 {
