@@ -54,6 +54,12 @@ type Config struct {
 	// MaxCells bounds the cells held here: above it the least recently
 	// used are retired, in the background; 0 means no bound.
 	MaxCells int
+	// KeyWindow and KeyLimit are the idempotency window of every cell's
+	// log (replication.WithIdempotencyWindow): keyed appends are
+	// recognised for KeyWindow (default 10 min) and up to KeyLimit keys
+	// (default 100,000) per cell. Every node of a fleet must use the same.
+	KeyWindow time.Duration
+	KeyLimit  int
 	// MoveRate bounds the cells the rebalancer hands off per second (0
 	// means DefaultMoveRate; negative turns rebalancing off, drains still
 	// run at DefaultMoveRate).
@@ -156,6 +162,9 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	if cfg.IdleRelease < 0 || cfg.MaxCells < 0 {
 		return nil, errcode.Errorf(errcode.CodeBadRequest, "idle release %v and max cells %d must not be negative", cfg.IdleRelease, cfg.MaxCells)
 	}
+	if cfg.KeyWindow < 0 || cfg.KeyLimit < 0 {
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "idempotency window %v and keys %d must not be negative", cfg.KeyWindow, cfg.KeyLimit)
+	}
 	if cfg.API.MaxBody == 0 {
 		cfg.API.MaxBody = DefaultMaxBody
 	}
@@ -168,7 +177,8 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
 	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
 	d.b = instrumented{b: b, m: m, h: health}
-	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit))
+	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit),
+		replication.WithIdempotencyWindow(cfg.KeyWindow, cfg.KeyLimit))
 	n, err := d.newNode()
 	if err != nil {
 		return nil, err
