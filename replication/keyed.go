@@ -261,7 +261,7 @@ func (l *Log) Keys() int {
 // RebuildStats says what a log read to learn its predecessors' keys.
 type RebuildStats struct {
 	Lists, Gets int // requests sent (a LIST page counts once)
-	Files, Keys int // record files read that fell in the window, keys learned
+	Files, Keys int // record files read that fell in the window, and the keys in them
 }
 
 // rebuildKeys learns, once per log, the keys written below the log's start
@@ -303,7 +303,10 @@ func (l *Log) rebuildKeys(ctx context.Context) error {
 	}
 }
 
-// rebuildWave is how many record files the rebuild reads at once.
+// rebuildWave is how many record files the rebuild reads at once: 64
+// round trips' worth of latency per wave, and at most 64 files (each under
+// MaxFileLen) held at a time; of each, only its keys and a digest of their
+// records are kept.
 const rebuildWave = 64
 
 // readKeys reads the predecessors' keys within the window into the log's
@@ -324,7 +327,14 @@ func (l *Log) readKeys(ctx context.Context) (RebuildStats, error) {
 			tops = append(tops, t)
 		}
 	}
-	var found []*File // newest first
+	// What each file in the window holds, newest first: its keys' entries
+	// only (a file's records are dropped as soon as they are digested).
+	type fileKeys struct {
+		ts      int64
+		txid    TxID
+		entries []*keyEntry
+	}
+	var found []fileKeys
 	cutoff, newest := int64(0), int64(0)
 	keys := 0
 	done := false
@@ -362,30 +372,34 @@ func (l *Log) readKeys(ctx context.Context) (RebuildStats, error) {
 				break
 			}
 			st.Files++
-			found = append(found, f)
+			fk := fileKeys{ts: f.TS, txid: f.TxID}
+			for _, k := range f.Keys {
+				first := f.Pos + Pos(k.First)
+				if brokenReplayPos {
+					first = f.Pos // the broken rule: the file's first position, not the key's
+				}
+				fk.entries = append(fk.entries, &keyEntry{key: k.Key, digest: digest(f.Records[k.First : k.First+k.Count]),
+					res: BatchResult{Epoch: f.Epoch, TxID: f.TxID, FirstPos: first, LastPos: f.Pos + Pos(k.First+k.Count) - 1, TS: f.TS, TxPos: f.Pos, TxCount: len(f.Records)}})
+			}
+			found = append(found, fk)
 			keys += len(f.Keys)
+			st.Keys += len(f.Keys)
 		}
+		clear(files)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ks := l.keysLocked()
 	// Oldest first, so that the window's order (and its trim) is the log's.
 	for i := len(found) - 1; i >= 0; i-- {
-		f := found[i]
-		for _, k := range f.Keys {
-			first := f.Pos + Pos(k.First)
-			if brokenReplayPos {
-				first = f.Pos // the broken rule: the file's first position, not the key's
-			}
-			res := BatchResult{Epoch: f.Epoch, TxID: f.TxID, FirstPos: first, LastPos: f.Pos + Pos(k.First+k.Count) - 1, TS: f.TS, TxPos: f.Pos, TxCount: len(f.Records)}
-			if ks.done[k.Key] == nil || ks.done[k.Key].res.TxID < f.TxID {
-				ks.remember(k.Key, digest(f.Records[k.First:k.First+k.Count]), res, l.s.cfg)
-				st.Keys++
+		for _, e := range found[i].entries {
+			if old := ks.done[e.key]; old == nil || old.res.TxID < e.res.TxID {
+				ks.remember(e.key, e.digest, e.res, l.s.cfg)
 			}
 		}
 	}
 	if len(found) > 0 {
-		ks.trim(found[0].TS, found[0].TxID, l.s.cfg)
+		ks.trim(found[0].ts, found[0].txid, l.s.cfg)
 	}
 	return st, nil
 }
