@@ -62,7 +62,7 @@ func TestIdleConnectionsDoNotBlockReadyz(t *testing.T) {
 		conns = append(conns, c)
 		if i%2 == 0 {
 			// One request, then the connection stays open, idle.
-			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -136,7 +136,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		// A slow body: 10 of 100 bytes, then nothing.
 		c := ln.dial()
 		defer c.Close()
-		go fmt.Fprintf(c, "POST /v1/cells/c/append HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+		go fmt.Fprintf(c, "POST /v1/cells/c/append HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789")
 		start := time.Now()
 		// The daemon's own timers keep the bubble's clock going: bound
 		// the wait, so that a server without the bound fails, not hangs.
@@ -162,7 +162,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 			request string
 			limit   time.Duration
 		}{
-			{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", apiIdleTimeout},
+			{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", apiIdleTimeout},
 			{"silent", "", apiHeaderTimeout},
 		} {
 			c := ln.dial()

@@ -98,7 +98,7 @@ type appendAnswer = daemontest.Answer
 // serveAppend runs one append through the handler and returns its answer.
 func serveAppend(h http.Handler, cell, data string) appendAnswer {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/append", strings.NewReader(data)))
 	var body client.ErrorBody
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	return appendAnswer{Data: data, Status: rec.Code, Code: body.Code, Applied: string(body.Applied)}
@@ -221,7 +221,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 func metricValue(t *testing.T, d *Daemon, series string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
 	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
@@ -293,7 +293,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells/c/records?barrier=true", nil))
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/cells/c/records?barrier=true", nil))
 				}()
 				<-g.entered
 				tc.end(t, d, m)
