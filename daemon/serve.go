@@ -29,6 +29,14 @@ const (
 	// apiIdleTimeout is how long a keep-alive connection may wait between
 	// requests.
 	apiIdleTimeout = 60 * time.Second
+	// apiMaxHeaderBytes bounds a request's line and headers. deed's own
+	// requests carry a few short headers (a bearer token, the fleet
+	// secret, Deed-Hops and Deed-From), well under 1 KiB; a browser's
+	// cookies for localhost stay under this too. Go's default of 1 MiB let
+	// each connection, before any authentication, make the server hold up
+	// to a MiB: 150 such connections grew the daemon by 150 MiB, and
+	// --max-conns of them by a GiB. An oversize header is answered 431.
+	apiMaxHeaderBytes = 16 << 10
 	// DefaultMaxConns is --max-conns' default: far below the file descriptors a Go
 	// process has, so that connections alone cannot exhaust them.
 	DefaultMaxConns = 1024
@@ -42,6 +50,7 @@ func NewServer(h http.Handler, ln net.Listener, maxConns int, base context.Conte
 		Handler:           h,
 		ReadHeaderTimeout: apiHeaderTimeout,
 		IdleTimeout:       apiIdleTimeout,
+		MaxHeaderBytes:    apiMaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
 	if maxConns > 0 {
