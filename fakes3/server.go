@@ -25,6 +25,13 @@ import (
 	"github.com/deedkit/deed/bucket"
 )
 
+// MaxBody bounds the body of one request. deed's largest object is a
+// transaction or snapshot file of replication.MaxFileLen (16 MiB); twice
+// that leaves room for any framing (aws-chunked) and for other clients'
+// small objects, and bounds what one request, signed or not, can make the
+// store hold in memory. A larger body is refused, 400 EntityTooLarge.
+const MaxBody = 32 << 20
+
 // ServerOptions configures NewServer.
 type ServerOptions struct {
 	// Dir persists the store in Dir/fakes3.db (gofakes3's bbolt backend);
@@ -271,11 +278,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if skew == 0 {
 			skew = DefaultMaxClockSkew
 		}
-		if aerr := verifySigV4(r, *c, skew, time.Now()); aerr != nil {
+		bodySum, aerr := verifySig(r, *c, skew, time.Now())
+		if aerr == nil {
+			aerr = s.boundBody(w, r)
+		}
+		if aerr == nil {
+			aerr = checkBodySum(r, bodySum)
+		}
+		if aerr != nil {
 			s.log.Debug("fakes3 refused request", "method", r.Method, "path", r.URL.Path, "err", aerr)
+			// A refused client keeps no connection, and its body
+			// (unread, or read in part) is not drained.
+			w.Header().Set("Connection", "close")
 			s.writeError(w, r, aerr.status, aerr.code, aerr.msg)
 			return
 		}
+	} else if aerr := s.boundBody(w, r); aerr != nil {
+		w.Header().Set("Connection", "close")
+		s.writeError(w, r, aerr.status, aerr.code, aerr.msg)
+		return
 	}
 	if r.Method != http.MethodPut && r.Method != http.MethodPost && r.Method != http.MethodDelete {
 		s.inner.ServeHTTP(w, r)
@@ -310,7 +331,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		_ = r.Body.Close()
 		if err != nil {
-			s.writeError(w, r, http.StatusBadRequest, "IncompleteBody", "read request body: "+err.Error())
+			aerr := bodyError(err)
+			w.Header().Set("Connection", "close")
+			s.writeError(w, r, aerr.status, aerr.code, aerr.msg)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -345,6 +368,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("If-Match")
 	}
 	s.inner.ServeHTTP(w, r)
+}
+
+// boundBody refuses a body declared larger than MaxBody, unread, and
+// bounds the reading of one of unknown length to MaxBody.
+func (s *Server) boundBody(w http.ResponseWriter, r *http.Request) *authError {
+	if r.ContentLength > MaxBody {
+		return &authError{status: http.StatusBadRequest, code: "EntityTooLarge",
+			msg: fmt.Sprintf("a request body of %d bytes exceeds this store's limit of %d", r.ContentLength, MaxBody)}
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+	}
+	return nil
 }
 
 // current returns the quoted ETag of bkt/key and whether it exists.
