@@ -16,6 +16,7 @@ import (
 	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/serve"
 )
 
 // apiServer serves an in-process daemon with `deed run`'s server
@@ -79,11 +80,11 @@ func TestIdleConnectionsDoNotBlockReadyz(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %d", resp.StatusCode)
 	}
-	cl, ok := sln.(*connLimiter)
+	cl, ok := sln.(*serve.Limiter)
 	if !ok {
 		t.Fatal("the API listener has no connection cap")
 	}
-	if n := cl.open(); n > maxConns {
+	if n := cl.Open(); n > maxConns {
 		t.Fatalf("the server holds %d connections, over the cap of %d", n, maxConns)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/internal/serve"
 )
 
 // MaxBody bounds the body of one request. deed's largest object is a
@@ -106,6 +107,7 @@ type Server struct {
 
 	lifeMu sync.Mutex
 	srv    *http.Server
+	conns  *serve.Limiter
 	url    string
 	served chan error
 	closed bool
@@ -199,17 +201,54 @@ func (s *Server) Start(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("start fakes3 server: %w", err)
 	}
+	s.startOn(ln)
+	s.log.Info("fakes3 listening", "url", s.url, "dir", s.opts.Dir,
+		"ignore_conditions", s.opts.IgnoreConditions)
+	return s.url, nil
+}
+
+// The bounds on what a client of the served store can make it hold: the
+// store is reachable by every local process (and by the network, with
+// --listen), signed or not, so none of them is left to the client. The
+// SDK's clients reuse a connection within 90 s and never take long over a
+// request; deed's largest body (MaxBody) takes well under a second on any
+// link the store is used over.
+const (
+	// serveHeaderTimeout bounds a request's line and headers, and so how
+	// long a new connection may stay silent.
+	serveHeaderTimeout = 10 * time.Second
+	// serveReadTimeout bounds the reading of a whole request, body
+	// included; serveWriteTimeout the writing of its answer.
+	serveReadTimeout  = 2 * time.Minute
+	serveWriteTimeout = 2 * time.Minute
+	// serveIdleTimeout is how long a keep-alive connection may wait
+	// between requests.
+	serveIdleTimeout = 2 * time.Minute
+	// serveMaxHeaderBytes bounds a request's line and headers: S3 itself
+	// refuses more than 8 KiB of headers; a presigned URL is a few KiB.
+	serveMaxHeaderBytes = 16 << 10
+	// serveMaxConns caps the connections open at once; at the cap a new
+	// one replaces the longest idle (serve.Limiter).
+	serveMaxConns = 1024
+)
+
+// startOn serves on ln in the background, with the bounds above.
+func (s *Server) startOn(ln net.Listener) {
+	cl := serve.NewLimiter(ln, serveMaxConns)
+	s.conns = cl
 	s.srv = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: serveHeaderTimeout,
+		ReadTimeout:       serveReadTimeout,
+		WriteTimeout:      serveWriteTimeout,
+		IdleTimeout:       serveIdleTimeout,
+		MaxHeaderBytes:    serveMaxHeaderBytes,
+		ConnState:         cl.Track,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.url = "http://" + ln.Addr().String()
 	s.served = make(chan error, 1)
-	go func() { s.served <- s.srv.Serve(ln) }()
-	s.log.Info("fakes3 listening", "url", s.url, "dir", s.opts.Dir,
-		"ignore_conditions", s.opts.IgnoreConditions)
-	return s.url, nil
+	go func() { s.served <- s.srv.Serve(cl) }()
 }
 
 // URL is the endpoint URL after Start, else "".
