@@ -43,11 +43,34 @@ func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api APIConfig) 
 }
 
 func (td *testDaemon) stop(t *testing.T) {
+	t.Helper()
 	td.srv.Close()
+	closeOK(t, td.d)
+}
+
+// closeOK closes d (10 s deadline) and fails t when Close fails: a test
+// that does not expect its shutdown to fail checks the drain (seal,
+// release, node lease) every time. A helper that closes the daemon when
+// the test ends uses it, so a test that expects Close to fail opts out by
+// closing first with closeFails, which names the failure it expects (a
+// second Close returns nil).
+func closeOK(t testing.TB, d *Daemon) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := td.d.Close(ctx); err != nil {
-		t.Logf("close %s: %v", td.d.cfg.Node, err)
+	if err := d.Close(ctx); err != nil {
+		t.Errorf("close %s: %v", d.cfg.Node, err)
+	}
+}
+
+// closeFails closes d and requires Close to fail with an error for which
+// want is true; what says which failure the test expects.
+func closeFails(t testing.TB, d *Daemon, what string, want func(error) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Close(ctx); err == nil || !want(err) {
+		t.Errorf("close %s: %v, want %s", d.cfg.Node, err, what)
 	}
 }
 

@@ -69,14 +69,8 @@ func (f *testFleet) open(t *testing.T, b bucket.Bucket, name string, ttl time.Du
 	f.mu.Lock()
 	f.ds[name], f.hs[name] = d, d.Handler()
 	f.mu.Unlock()
-	t.Cleanup(func() { closeQuietly(d) })
+	t.Cleanup(func() { closeOK(t, d) })
 	return d
-}
-
-func closeQuietly(d *Daemon) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = d.Close(ctx)
 }
 
 func (f *testFleet) handler(name string) http.Handler {

@@ -71,7 +71,7 @@ func (l *lostAnswers) Put(ctx context.Context, key string, body []byte, c bucket
 }
 
 // openTestDaemon opens an in-process daemon on b (no probe) and closes it
-// when the test ends.
+// when the test ends, failing the test if Close fails (closeOK).
 func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *Daemon {
 	t.Helper()
 	return openTestDaemonConfig(t, b, Config{Node: "a", Advertise: "http://a", TTL: ttl})
@@ -84,11 +84,7 @@ func openTestDaemonConfig(t *testing.T, b bucket.Bucket, cfg Config) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
-	})
+	t.Cleanup(func() { closeOK(t, d) })
 	return d
 }
 
