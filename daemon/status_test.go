@@ -186,7 +186,9 @@ func TestStatusJSON(t *testing.T) {
 	}
 	// The wire names tools rely on.
 	var raw map[string]any
-	_ = json.Unmarshal([]byte(body), &raw)
+	if err := json.Unmarshal([]byte(body), &raw); err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range []string{"node", "incarnation", "ready", "draining", "now", "nodes", "cells_held", "cells", "events"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("JSON lacks %q: %s", k, body)
