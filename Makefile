@@ -90,7 +90,7 @@ versitygw:
 	fi
 
 test-s3: versitygw
-	DEED_VERSITYGW='$(VERSITYGW)' $(GO) test -race -count=1 ./...
+	DEED_REQUIRE_STORES=versitygw DEED_VERSITYGW='$(VERSITYGW)' $(GO) test -race -count=1 ./...
 
 # fake-gcs-server and Azurite are installed only when missing or a
 # different version, each reporting how long its install took; the tests
@@ -120,7 +120,7 @@ azurite:
 # the end-to-end scenarios of deed run (claim, forced takeover, kill -9
 # failover, drain) and deed bench on gs:// and az:// buckets.
 test-stores: fakegcs azurite
-	DEED_FAKEGCS='$(FAKEGCS)' DEED_AZURITE='$(AZURITE)' $(GO) test -race -count=1 \
+	DEED_REQUIRE_STORES=fakegcs,azurite DEED_FAKEGCS='$(FAKEGCS)' DEED_AZURITE='$(AZURITE)' $(GO) test -race -count=1 \
 		-run 'TestContract|TestProbeS3Targets|TestOwnershipOverS3|TestScenariosOverS3|TestE2EStores' \
 		./bucket/... ./owner ./replication ./cmd/deed
 
