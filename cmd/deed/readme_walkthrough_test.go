@@ -152,40 +152,53 @@ func curlStandIn(args []string, stdout, stderr io.Writer) int {
 
 // TestE2EReadmeTwoNodes runs the README's two-node walkthrough as written:
 // each terminal is a shell of its own, the binary and the ports are
-// substituted, and "Ctrl-C in terminal 2" is a SIGINT to that terminal's
-// deed. The walkthrough used to share node one's embedded store, so
+// substituted (each process listens on port 0 and the port it reports is
+// put into the terminals after it), and "Ctrl-C in terminal 2" is a SIGINT
+// to that terminal's deed. The walkthrough used to share node one's embedded store, so
 // stopping node one took the store away and fenced node two.
 func TestE2EReadmeTwoNodes(t *testing.T) {
 	provideCurl(t)
 	bin := deedBinary(t)
 	block := readmeBlock(t, "<!-- two-node walkthrough -->")
-	s3, one, two := freeAddr(t), freeAddr(t), freeAddr(t)
-	block = strings.NewReplacer("bin/deed", bin, "127.0.0.1:9000", s3, "127.0.0.1:7480", one, "127.0.0.1:7490", two).Replace(block)
+	block = strings.ReplaceAll(block, "bin/deed", bin)
 	term := terminals(block)
 	if len(term) != 4 {
 		t.Fatalf("want 4 terminals in the walkthrough, got %d:\n%s", len(term), block)
+	}
+	// The README's addresses, each replaced by the one its process reports.
+	const readmeS3, readmeOne, readmeTwo = "127.0.0.1:9000", "127.0.0.1:7480", "127.0.0.1:7490"
+	addr := map[string]string{readmeS3: anyPort, readmeOne: anyPort, readmeTwo: anyPort}
+	subst := func(n string) []string {
+		var out []string
+		for _, l := range term[n] {
+			for from, to := range addr {
+				l = strings.ReplaceAll(l, from, to)
+			}
+			out = append(out, l)
+		}
+		return out
 	}
 	dir := t.TempDir()
 	// Terminals 1 to 3 end in a command that runs until Ctrl-C: the shell
 	// execs it, so a SIGINT reaches deed as Ctrl-C would.
 	long := func(n string) *proc {
-		lines := term[n]
+		lines := subst(n)
 		lines[len(lines)-1] = "exec " + lines[len(lines)-1]
 		return startShell(t, dir, strings.Join(lines, "\n"), nil)
 	}
 	store := long("1")
-	waitS3(t, s3)
+	addr[readmeS3] = waitS3(t, store)
 	node1 := long("2")
-	waitHTTP(t, "http://"+one+"/readyz", 30*time.Second)
+	addr[readmeOne] = strings.TrimPrefix(waitNode(t, node1, "one"), "http://")
 	node2 := long("3")
-	waitHTTP(t, "http://"+two+"/readyz", 30*time.Second)
+	addr[readmeTwo] = strings.TrimPrefix(waitNode(t, node2, "two"), "http://")
 
 	// Terminal 4 is one shell; at "Ctrl-C in terminal 2" it says so and
 	// waits for the test to press it.
 	ctrlC := regexp.MustCompile(`^# Ctrl-C in terminal (\d+)`)
 	var script []string
 	var pressed []string
-	for _, line := range term["4"] {
+	for _, line := range subst("4") {
 		if m := ctrlC.FindStringSubmatch(line); m != nil {
 			script = append(script, "echo CTRL-C-"+m[1], "read _")
 			pressed = append(pressed, m[1])
