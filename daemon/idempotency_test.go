@@ -12,7 +12,7 @@ import (
 
 // Idempotency-Key on an append: a retry answers the first (same epoch,
 // txid, pos, ts) with Idempotent-Replayed, writes nothing; the same key
-// with another body is DEED-E042, 422, applied no; a bad key is refused.
+// with another body is DEED-E043, 422, applied no; a bad key is refused.
 func TestAppendIdempotencyKey(t *testing.T) {
 	m := fakes3.NewMem()
 	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
@@ -50,7 +50,7 @@ func TestAppendIdempotencyKey(t *testing.T) {
 	}
 }
 
-// ?match_pos: 412 DEED-E043 naming next_pos, applied no; with a key, a
+// ?match_pos: 412 DEED-E044 naming next_pos, applied no; with a key, a
 // replay answers its first outcome.
 func TestAppendMatchPos(t *testing.T) {
 	m := fakes3.NewMem()

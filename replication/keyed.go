@@ -45,12 +45,12 @@ type AppendOptions struct {
 	// (WithIdempotencyWindow): if an append with this key landed already,
 	// the answer is its result (Replayed set) and nothing is written; if
 	// it is still in flight, this one waits for its outcome. The same key
-	// with other records is refused with DEED-E042, applied no. See
+	// with other records is refused with DEED-E043, applied no. See
 	// ValidateKey.
 	Key string
 	// MatchPos, when not 0, is the position the first record must get:
 	// the log's next position when it is written. Otherwise the append is
-	// refused with DEED-E043 (applied no), naming the next position (see
+	// refused with DEED-E044 (applied no), naming the next position (see
 	// MismatchError). With a Key, a replay answers the first outcome, not
 	// a mismatch.
 	MatchPos Pos
@@ -71,7 +71,7 @@ type BatchResult struct {
 	TxCount int
 }
 
-// MismatchError is the refusal of a conditional append (DEED-E043): the
+// MismatchError is the refusal of a conditional append (DEED-E044): the
 // log's next position is NextPos, not the one the append named.
 type MismatchError struct {
 	Cell    string
@@ -83,7 +83,7 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%s append to %s: not written: match_pos %d, but the next position is %d", errcode.CodePosMismatch, e.Cell, uint64(e.Want), uint64(e.NextPos))
 }
 
-// ErrorCode is DEED-E043.
+// ErrorCode is DEED-E044.
 func (e *MismatchError) ErrorCode() errcode.Code { return errcode.CodePosMismatch }
 
 func mismatch(cell string, want, next Pos) error {

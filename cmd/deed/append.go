@@ -43,7 +43,7 @@ exit status is 0 once the outcome is known. Give the same --key to a later
 window, 10 minutes by default).
 
 --match-pos N appends only if the record gets position N (the log's next):
-otherwise DEED-E043 (exit 6), nothing written, and the error names the next
+otherwise DEED-E044 (exit 6), nothing written, and the error names the next
 position. --batch FILE appends every line of FILE ("-": standard input) as
 one record each, atomically (one transaction, contiguous positions; 1 to
 4096 records): {"cell","epoch","txid","first_pos","last_pos","ts"}. With
@@ -52,7 +52,7 @@ one record each, atomically (one transaction, contiguous positions; 1 to
 Errors are the daemon's, with the same codes and exit statuses: DEED-E020
 (exit 4) when another live node holds the cell, DEED-E040 (exit 2) for a
 record over the daemon's limit or an empty record, DEED-E041 (exit 2) for a
-missing or wrong token, DEED-E042 (exit 2) when --key was used for other
+missing or wrong token, DEED-E043 (exit 2) when --key was used for other
 data, DEED-E011 (exit 1) when the daemon could not be reached within
 --retry-for. The error says whether the record was written: "applied: no"
 (nothing was written) or, with DEED-E012 (exit 1), "applied: unknown" (time
@@ -131,7 +131,7 @@ same --key, to learn it). With --json the error object has "applied".`,
 	}
 	af.register(cmd)
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (1-255 printable ASCII): an append with a key that landed already is answered with its first result, nothing written (default: a fresh key per run)")
-	cmd.Flags().Uint64Var(&matchPos, "match-pos", 0, "append only if the (first) record gets this position, the log's next; else DEED-E043, exit 6")
+	cmd.Flags().Uint64Var(&matchPos, "match-pos", 0, "append only if the (first) record gets this position, the log's next; else DEED-E044, exit 6")
 	cmd.Flags().StringVar(&batch, "batch", "", "append every line of this file (\"-\": standard input) as one record each, atomically")
 	cmd.Flags().StringVar(&format, "batch-format", "lines", "lines (each line a record) or jsonl (each line a JSON value, checked)")
 	cmd.Flags().DurationVar(&retryFor, "retry-for", client.DefaultRetryFor, "how long to retry, with the same key, an append whose outcome is unknown or whose refusal a retry can cure (0: send once)")

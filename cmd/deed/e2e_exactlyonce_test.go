@@ -32,27 +32,22 @@ func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
 	}
 	const ttl = 2 * time.Second
 	names := []string{"n1", "n2", "n3"}
-	addrs := map[string]string{}
-	var mu sync.Mutex
+	var mu sync.Mutex // guards procs, bases and clients: a restarted node has a new port
 	procs := map[string]*proc{}
-	start := func(n string) {
-		p := startDeed(t, c.env, "run", "--node", n, "--listen", addrs[n], "--ttl", ttl.String(), "--fleet-secret-file", secret)
-		mu.Lock()
-		procs[n] = p
-		mu.Unlock()
-	}
-	for _, n := range names {
-		addrs[n] = freeAddr(t)
-		start(n)
-	}
+	bases := map[string]string{}
 	clients := map[string]*client.Client{}
-	for _, n := range names {
-		waitHTTP(t, "http://"+addrs[n]+"/readyz", 30*time.Second)
-		cl, err := client.New("http://"+addrs[n], client.Options{RetryFor: -1, HTTPClient: &http.Client{Timeout: 5 * time.Second}})
+	start := func(n string) {
+		p, base := c.daemon(t, n, "--fleet-secret-file", secret) // --ttl 2s
+		cl, err := client.New(base, client.Options{RetryFor: -1, HTTPClient: &http.Client{Timeout: 5 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients[n] = cl
+		mu.Lock()
+		procs[n], bases[n], clients[n] = p, base, cl
+		mu.Unlock()
+	}
+	for _, n := range names {
+		start(n)
 	}
 	time.Sleep(ttl + ttl/2) // every node has seen the others
 
@@ -86,7 +81,9 @@ func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
 						retried++
 						amu.Unlock()
 					}
+					mu.Lock()
 					cl := clients[names[rng.IntN(len(names))]]
+					mu.Unlock()
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					res, err := cl.AppendWith(ctx, cell, []byte(value), client.AppendOptions{Key: value})
 					cancel()
@@ -125,7 +122,10 @@ func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
 	// Chaos: kill -9 and restart, pause past the TTL, move; one at a time.
 	holder := func(cell string) string {
 		for _, n := range names {
-			for _, h := range heldCellsQuiet(addrs[n]) {
+			mu.Lock()
+			base := bases[n]
+			mu.Unlock()
+			for _, h := range heldCellsQuiet(base) {
 				if h == cell {
 					return n
 				}
@@ -141,7 +141,7 @@ func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
 			n = names[rng.IntN(len(names))]
 		}
 		mu.Lock()
-		p := procs[n]
+		p, base := procs[n], bases[n]
 		mu.Unlock()
 		switch round % 3 {
 		case 0:
@@ -150,7 +150,6 @@ func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
 			<-p.done
 			time.Sleep(ttl)
 			start(n)
-			waitHTTP(t, "http://"+addrs[n]+"/readyz", 30*time.Second)
 		case 1:
 			t.Logf("round %d: SIGSTOP %s (holds %s) for 1.5 TTL", round, n, cell)
 			p.signal(t, syscall.SIGSTOP)
@@ -159,7 +158,7 @@ func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
 		case 2:
 			to := names[(indexOf(names, n)+1)%len(names)]
 			t.Logf("round %d: move %s from %s to %s", round, cell, n, to)
-			_, _ = post(t, "http://"+addrs[n]+"/v1/cells/"+cell+"/move?to="+to, "")
+			_, _ = post(t, base+"/v1/cells/"+cell+"/move?to="+to, "")
 		}
 		time.Sleep(ttl)
 	}
@@ -221,7 +220,7 @@ func indexOf(xs []string, x string) int {
 // down or paused.
 func heldCellsQuiet(base string) []string {
 	hc := &http.Client{Timeout: time.Second}
-	c, err := client.New("http://"+base, client.Options{HTTPClient: hc})
+	c, err := client.New(base, client.Options{HTTPClient: hc})
 	if err != nil {
 		return nil
 	}

@@ -11,7 +11,7 @@ func codeExitStatus(c errcode.Code) int {
 	switch c {
 	case "":
 		return 0
-	case errcode.CodeInvalidName, errcode.CodeInvalidLease, errcode.CodeBadRequest, errcode.CodeUnauthorized, errcode.CodeKeyReused:
+	case errcode.CodeInvalidName, errcode.CodeInvalidLease, errcode.CodeBadRequest, errcode.CodeUnauthorized, errcode.CodeCrossSite, errcode.CodeKeyReused:
 		return 2
 	case errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNodeFenced:
 		return 3

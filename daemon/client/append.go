@@ -36,7 +36,7 @@ type AppendOptions struct {
 	Key string
 	// MatchPos, when not 0, makes the append land only if its first record
 	// gets this position (the log's next); otherwise it is refused with
-	// DEED-E043, applied no, and Error.NextPos names the next position.
+	// DEED-E044, applied no, and Error.NextPos names the next position.
 	MatchPos uint64
 }
 

@@ -25,7 +25,7 @@ type Error struct {
 	// Owner and OwnerAddr name the live owner of a held cell (DEED-E020).
 	Owner, OwnerAddr string
 	// NextPos is the log's next position on a refused conditional append
-	// (DEED-E043); 0 otherwise.
+	// (DEED-E044); 0 otherwise.
 	NextPos uint64
 	// Msg is the message, led by the code.
 	Msg string

@@ -132,7 +132,7 @@ type ErrorBody struct {
 	Applied   Applied `json:"applied"`
 	Owner     string  `json:"owner,omitempty"`
 	OwnerAddr string  `json:"owner_addr,omitempty"`
-	// NextPos is, on a refused conditional append (DEED-E043), the log's
+	// NextPos is, on a refused conditional append (DEED-E044), the log's
 	// next position.
 	NextPos *uint64 `json:"next_pos,omitempty"`
 }
