@@ -342,3 +342,22 @@ func TestKeyWindowLimit(t *testing.T) {
 		t.Fatalf("a key out of the window: %+v %v, want appended again", r, err)
 	}
 }
+
+// Keys in flight are forgotten once settled, whatever the outcome: the
+// log keeps only the window.
+func TestKeyedFlightIsDropped(t *testing.T) {
+	m := fakes3.NewMem()
+	lease := claim(t, m, "a", false)
+	lg := open(t, m, lease)
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := lg.AppendWith(ctx, lease, []byte("v"), replication.AppendOptions{Key: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := lg.AppendWith(ctx, lease, []byte("v"), replication.AppendOptions{Key: "m", MatchPos: 99})
+	mustCode(t, err, errcode.CodePosMismatch)
+	if n := replication.KeysInFlight(lg); n != 0 {
+		t.Fatalf("%d keys still in flight", n)
+	}
+}

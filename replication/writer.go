@@ -91,7 +91,7 @@ func (l *Log) enqueue(ctx context.Context, p *pending) (BatchResult, error) {
 		for i, q := range l.queueLocked() {
 			if q == p {
 				l.w.queue = append(l.w.queue[:i], l.w.queue[i+1:]...)
-				p.settleLocked(outcome{err: fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())})
+				l.settleLocked(p, outcome{err: fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())})
 				break
 			}
 		}
@@ -171,7 +171,7 @@ func (l *Log) run() {
 			err := l.notSent(l.err)
 			l.stopLocked()
 			for _, p := range q {
-				p.settleLocked(outcome{err: err})
+				l.settleLocked(p, outcome{err: err})
 			}
 			l.mu.Unlock()
 			return
@@ -245,7 +245,7 @@ func (l *Log) takeLocked() []*pending {
 	for n < len(l.w.queue) {
 		p := l.w.queue[n]
 		if p.match != 0 && p.match != pos+Pos(recs) && !brokenStaleMatch {
-			p.settleLocked(outcome{err: mismatch(l.s.cell, p.match, pos+Pos(recs))})
+			l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, pos+Pos(recs))})
 			l.w.queue = append(l.w.queue[:n], l.w.queue[n+1:]...)
 			continue
 		}
@@ -283,7 +283,7 @@ func (l *Log) notSent(err error) error {
 func (l *Log) fail(q []*pending, err error) {
 	l.mu.Lock()
 	for _, p := range q {
-		p.settleLocked(outcome{err: err})
+		l.settleLocked(p, outcome{err: err})
 	}
 	l.mu.Unlock()
 }
@@ -350,7 +350,7 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 		if p.key != "" {
 			l.keysLocked().remember(p.key, p.digest, res, l.s.cfg)
 		}
-		p.settleLocked(outcome{res: res})
+		l.settleLocked(p, outcome{res: res})
 	}
 	l.mu.Unlock()
 }
@@ -387,7 +387,16 @@ func (p *pending) size() int {
 	return n
 }
 
-// settleLocked gives p its outcome, once; l.mu must be held.
+// settleLocked gives p its outcome, once, and ends its place among the
+// keys in flight (a success is in the window by now); l.mu must be held.
+func (l *Log) settleLocked(p *pending, o outcome) {
+	if p.key != "" && l.x != nil && l.x.ks != nil && l.x.ks.flight[p.key] == p {
+		delete(l.x.ks.flight, p.key)
+	}
+	p.settleLocked(o)
+}
+
+// settleLocked gives p its outcome, once; the log's mutex must be held.
 func (p *pending) settleLocked(o outcome) {
 	if p.settled != nil {
 		select {
