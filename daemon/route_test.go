@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -82,9 +81,7 @@ func startFleetNode(t *testing.T, b bucket.Bucket, node, secret, advertise strin
 	n := &fleetNode{d: d, srv: srv}
 	t.Cleanup(func() {
 		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
+		closeOK(t, d)
 	})
 	return n
 }
