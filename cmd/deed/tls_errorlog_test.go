@@ -18,10 +18,9 @@ func TestE2ETLSHandshakeErrorsGoThroughTheLogger(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	selfSigned(t, certFile, keyFile, "one")
-	api, s3 := freeAddr(t), freeAddr(t)
-	p := startDeed(t, nil, "run", "--log-format", "json", "--data-dir", filepath.Join(dir, "data"), "--listen", api, "--s3-listen", s3,
+	p := startDeed(t, nil, "run", "--log-format", "json", "--data-dir", filepath.Join(dir, "data"), "--listen", anyPort, "--s3-listen", anyPort,
 		"--tls-cert", certFile, "--tls-key", keyFile, "--token", "t0ken")
-	waitS3(t, api)
+	api := strings.TrimPrefix(reported(t, p, runBanner, bannerWaitLimit), "https://")
 	for i := range 40 {
 		c, err := net.Dial("tcp", api)
 		if err != nil {
