@@ -196,10 +196,10 @@ type keyState struct {
 	order  []*keyEntry          // the same, oldest first (head: order[head])
 	head   int
 	flight map[string]*pending // keyed appends queued or being written
-	// rebuilt is closed once the predecessors' keys are in done; rb is
-	// held by the one append rebuilding them.
+	// rebuilt is closed once the predecessors' keys are in done; attempt
+	// is the rebuild running now, if any.
 	rebuilt chan struct{}
-	rb      chan struct{}
+	attempt *rebuildAttempt
 }
 
 type keyEntry struct {
@@ -211,7 +211,7 @@ type keyEntry struct {
 func (l *Log) keysLocked() *keyState {
 	x := l.extrasLocked()
 	if x.ks == nil {
-		x.ks = &keyState{done: map[string]*keyEntry{}, flight: map[string]*pending{}, rebuilt: make(chan struct{}), rb: make(chan struct{}, 1)}
+		x.ks = &keyState{done: map[string]*keyEntry{}, flight: map[string]*pending{}, rebuilt: make(chan struct{})}
 	}
 	return x.ks
 }
@@ -264,43 +264,65 @@ type RebuildStats struct {
 	Files, Keys int // record files read that fell in the window, and the keys in them
 }
 
-// rebuildKeys learns, once per log, the keys written below the log's start
-// within the window.
+// rebuildAttempt is one run of the rebuild; err is set before done closes.
+type rebuildAttempt struct {
+	done chan struct{}
+	err  error
+}
+
+// rebuildTimeout bounds one rebuild. It runs on its own context, not its
+// callers': a window that takes longer to read than a caller waits (the
+// worst case, 100,000 files of one key, takes some 1,700 round trips) is
+// still learnt, while the keyed appends that wait for it give up unwritten
+// and are retried.
+const rebuildTimeout = 10 * time.Minute
+
+// rebuildKeys waits until the log knows the keys written below its start
+// within the window, starting the rebuild if none runs.
 func (l *Log) rebuildKeys(ctx context.Context) error {
 	l.mu.Lock()
 	ks := l.keysLocked()
-	l.mu.Unlock()
-	for {
-		select {
-		case <-ks.rebuilt:
-			return nil
-		default:
-		}
-		select {
-		case ks.rb <- struct{}{}:
-		case <-ks.rebuilt:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())
-		}
-		select {
-		case <-ks.rebuilt:
-			<-ks.rb
-			return nil
-		default:
-		}
-		var err error
-		if !brokenForgetKeys {
-			_, err = l.readKeys(ctx)
-		}
-		if err == nil {
-			close(ks.rebuilt)
-		}
-		<-ks.rb
-		if err != nil {
-			return errcode.Wrap(l.notSent(err), "append to %s: not written: learn the idempotency keys of earlier epochs", l.s.cell)
-		}
+	select {
+	case <-ks.rebuilt:
+		l.mu.Unlock()
+		return nil
+	default:
 	}
+	a := ks.attempt
+	if a == nil {
+		a = &rebuildAttempt{done: make(chan struct{})}
+		ks.attempt = a
+		go l.runRebuild(ks, a)
+	}
+	l.mu.Unlock()
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return fmt.Errorf("append to %s: not written: still learning the idempotency keys of earlier epochs: %w", l.s.cell, ctx.Err())
+	}
+	if a.err != nil {
+		return errcode.Wrap(l.notSent(a.err), "append to %s: not written: learn the idempotency keys of earlier epochs", l.s.cell)
+	}
+	return nil
+}
+
+// runRebuild is one rebuild attempt; a failed one lets the next keyed
+// append start another.
+func (l *Log) runRebuild(ks *keyState, a *rebuildAttempt) {
+	ctx, cancel := context.WithTimeout(context.Background(), rebuildTimeout)
+	defer cancel()
+	var err error
+	if !brokenForgetKeys {
+		_, err = l.readKeys(ctx)
+	}
+	l.mu.Lock()
+	a.err = err
+	if err == nil {
+		close(ks.rebuilt)
+	}
+	ks.attempt = nil
+	l.mu.Unlock()
+	close(a.done)
 }
 
 // rebuildWave is how many record files the rebuild reads at once: 64

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
@@ -361,3 +362,45 @@ func TestKeyedFlightIsDropped(t *testing.T) {
 		t.Fatalf("%d keys still in flight", n)
 	}
 }
+
+// The rebuild runs on its own: a keyed append that gives up waiting for it
+// (refused, not written) does not stop it, so a window that takes longer
+// to read than any one caller waits is still learnt.
+func TestKeyRebuildOutlivesItsCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		ctx := context.Background()
+		la := claim(t, m, "a", false)
+		a, err := replication.Open(ctx, m, la)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			if _, err := a.AppendWith(ctx, la, []byte("v"), replication.AppendOptions{Key: fmt.Sprint(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.Abandon()
+		lb := claim(t, m, "b", true)
+		b := open(t, m, lb)
+		m.Inject(fakes3.Rule{Op: fakes3.OpGet, KeyPrefix: replication.LogPrefix(cell), Latency: 50 * time.Millisecond})
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		_, err = b.AppendWith(short, lb, []byte("v"), replication.AppendOptions{Key: "0"})
+		if err == nil || mayHaveLanded(err) {
+			t.Fatalf("an append that could not wait for the rebuild: %v, want refused unwritten", err)
+		}
+		time.Sleep(10 * time.Second) // nobody waits now
+		synctest.Wait()
+		if n := b.Keys(); n != 200 {
+			t.Fatalf("the rebuild learnt %d keys on its own, want 200", n)
+		}
+		r, err := b.AppendWith(ctx, lb, []byte("v"), replication.AppendOptions{Key: "0"})
+		if err != nil || !r.Replayed {
+			t.Fatal(r, err)
+		}
+	})
+}
+
+// mayHaveLanded reports whether err says the append may have been written.
+func mayHaveLanded(err error) bool { return errcode.CodeOf(err) == errcode.CodeAmbiguous }
