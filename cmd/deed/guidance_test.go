@@ -3,7 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3/s3test"
 )
 
@@ -45,5 +47,32 @@ func TestEndpointWithoutScheme(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "first path segment") {
 		t.Errorf("stderr is the URL parser's: %q", r.stderr)
+	}
+}
+
+// Refusals of a held cell say what the command can do: claim can --wait or
+// --force, exec only --wait; a release by the wrong id names the holder's
+// id and the flags that release as it.
+func TestHeldRefusalsNameTheNextStep(t *testing.T) {
+	e := newCellEnv(t)
+	hold := e.start(t, "claim", "c", "--node", "d1", "--hold", "--ttl", "1s")
+	hold.waitOut(t, "holding cell c for node d1 at epoch 1", 10*time.Second)
+
+	r := e.run(t, "claim", "c")
+	wantExit(t, r, 4, errcode.CodeHeld)
+	if !strings.Contains(r.stderr, "held by live node d1") || !strings.Contains(r.stderr, "--wait DURATION") || !strings.Contains(r.stderr, "--force takes it over") {
+		t.Errorf("claim of a held cell: %q", r.stderr)
+	}
+	r = e.run(t, "exec", "c", "--", "true")
+	wantExit(t, r, 4, errcode.CodeHeld)
+	if !strings.Contains(r.stderr, "--wait DURATION") || strings.Contains(r.stderr, "--force") {
+		t.Errorf("exec of a held cell: %q", r.stderr)
+	}
+	r = e.run(t, "release", "c")
+	wantExit(t, r, 4, errcode.CodeNotHolder)
+	for _, want := range []string{"held by d1", "--node d1", "--as-node d1", "--force"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("release by another id lacks %q: %q", want, r.stderr)
+		}
 	}
 }
