@@ -21,6 +21,7 @@ require (
 	go.etcd.io/bbolt v1.3.5
 	go.yaml.in/yaml/v2 v2.4.2
 	golang.org/x/sys v0.49.0
+	golang.org/x/term v0.47.0
 	google.golang.org/api v0.307.0
 )
 

@@ -102,3 +102,16 @@ func TestBarrierReadRefusalSaysWhatToDo(t *testing.T) {
 		t.Errorf("barrier read of b's cell on a: %d %v", status, body)
 	}
 }
+
+// A move of a cell that was never claimed says so and creates nothing.
+func TestMoveOfMissingCellSaysSo(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
+	status, _, body := noRedirects(t, "POST", a.srv.URL+"/v1/cells/nosuch/move?to=a", "")
+	if msg, _ := body["error"].(string); status != 400 || body["code"] != string(errcode.CodeBadRequest) || !strings.Contains(msg, "no such cell") {
+		t.Errorf("move of a missing cell: %d %v", status, body)
+	}
+	if _, ok := m.Bytes("cells/nosuch/own.json"); ok {
+		t.Error("the refused move claimed the cell")
+	}
+}

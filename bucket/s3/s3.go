@@ -29,6 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/deedkit/deed/bucket"
@@ -109,7 +110,12 @@ func Open(ctx context.Context, loc bucket.Location, opts Options) (bucket.Bucket
 		}
 	}
 
-	var load []func(*config.LoadOptions) error
+	// The SDK logs to the process's stderr on its own (the instance
+	// metadata client's "WARN falling back to IMDSv1" when no credentials
+	// are found): a line deed's caller did not ask for, without a code,
+	// ahead of --json output. What it would say reaches the caller as the
+	// error of the request it concerns.
+	load := []func(*config.LoadOptions) error{config.WithLogger(logging.Nop{})}
 	if opts.Region != "" {
 		load = append(load, config.WithRegion(opts.Region))
 	}

@@ -1,6 +1,12 @@
 package main
 
 import (
+	encjson "encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +79,79 @@ func TestHeldRefusalsNameTheNextStep(t *testing.T) {
 	for _, want := range []string{"held by d1", "--node d1", "--as-node d1", "--force"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("release by another id lacks %q: %q", want, r.stderr)
+		}
+	}
+}
+
+// Without credentials the SDK would log "WARN falling back to IMDSv1" to
+// stderr by itself, ahead of deed's own error: with --json stderr holds
+// only JSON, and without it every line starts with the code. The instance
+// metadata service is a local server that refuses, as one outside EC2
+// does.
+func TestNoCredentialsPrintsOnlyTheError(t *testing.T) {
+	bin := deedBinary(t)
+	imds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer imds.Close()
+	tg := s3test.HTTPFake(t)
+	env := []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "AWS_EC2_METADATA_SERVICE_ENDPOINT=" + imds.URL}
+	for _, json := range []bool{true, false} {
+		args := []string{"show", "x", "--bucket", tg.Loc.String(), "--endpoint", tg.Endpoint}
+		if json {
+			args = append(args, "--json")
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Fatalf("deed %s: %v, want exit 2\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		for _, l := range lines {
+			var v map[string]string
+			if json && (encjson.Unmarshal([]byte(l), &v) != nil || v["code"] != string(errcode.CodeUnauthorized)) {
+				t.Errorf("--json: stderr line is not deed's JSON error: %q", l)
+			}
+			if !json && !strings.HasPrefix(l, string(errcode.CodeUnauthorized)+" ") {
+				t.Errorf("stderr line does not start with its code: %q", l)
+			}
+		}
+	}
+}
+
+// A usage error names the command and shows its own usage line, not the
+// root's.
+func TestUsageErrorShowsTheCommandsUsage(t *testing.T) {
+	r := deed(t, t.Context(), nil, "exec")
+	if r.status != 2 || !strings.HasPrefix(r.stderr, "DEED-E040 deed exec: ") || !strings.Contains(r.stderr, "usage: deed exec CELL") ||
+		!strings.Contains(r.stderr, "see 'deed exec --help'") {
+		t.Errorf("deed exec: exit %d, stderr %q", r.status, r.stderr)
+	}
+}
+
+// gc of a cell that was never claimed says so (a typo), instead of
+// reporting nothing to delete.
+func TestGCOfMissingCellSaysSo(t *testing.T) {
+	e := newCellEnv(t)
+	r := e.run(t, "gc", "nosuch")
+	wantExit(t, r, 2, errcode.CodeBadRequest)
+	if !strings.Contains(r.stderr, "no such cell") {
+		t.Errorf("gc nosuch: %q", r.stderr)
+	}
+}
+
+// --addr pointed at the S3 store (a common mix-up with --endpoint) says
+// what it is, not "unauthorized".
+func TestAddrAtTheStoreSaysSo(t *testing.T) {
+	tg := s3test.HTTPFake(t)
+	for _, args := range [][]string{{"append", "x", "hi"}, {"read", "x"}} {
+		r := deed(t, t.Context(), nil, append(args, "--addr", tg.Endpoint)...)
+		if r.status != 2 || !strings.HasPrefix(r.stderr, "DEED-E040 ") || !strings.Contains(r.stderr, "is an S3 store, not a deed daemon") {
+			t.Errorf("deed %s at the store: exit %d, %q", args[0], r.status, r.stderr)
 		}
 	}
 }
