@@ -39,6 +39,11 @@ type APIConfig struct {
 	// Node names this node in the Deed-Node header of every answer;
 	// Daemon.Handler sets it from Config.Node.
 	Node string
+	// Hosts are the host names (or addresses) a token-less API answers
+	// besides loopback ones; Daemon.Handler adds Config.Advertise's host.
+	// A request naming another Host, or sent by a browser from another
+	// site, is refused with DEED-E042 (see sameSite).
+	Hosts []string
 
 	// fleetSecret authenticates peers' requests (Config.FleetSecret).
 	fleetSecret string
@@ -55,6 +60,9 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 		cfg.Node = d.cfg.Node
 	}
 	cfg.fleetSecret = d.cfg.FleetSecret
+	if h := advertiseHost(d.cfg.Advertise); h != "" {
+		cfg.Hosts = append(slices.Clip(cfg.Hosts), h)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true})
@@ -175,7 +183,15 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 			writeError(w, err)
 			return
 		}
-		if !peer && len(want) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+		if !peer && len(want) == 0 && !open {
+			if err := sameSite(r, cfg.Hosts); err != nil {
+				w.Header().Set("Connection", "close")
+				writeError(w, err)
+				return
+			}
+		}
+		if !peer && len(want) > 0 && !open {
 			got, ok := bearerToken(r.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
@@ -423,6 +439,8 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusBadRequest
 	case errcode.CodeUnauthorized:
 		return http.StatusUnauthorized
+	case errcode.CodeCrossSite:
+		return http.StatusForbidden
 	case errcode.CodeHeld, errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNotHolder:
 		return http.StatusConflict
 	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer:

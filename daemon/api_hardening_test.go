@@ -16,6 +16,7 @@ import (
 	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/serve"
 )
 
 // apiServer serves an in-process daemon with `deed run`'s server
@@ -62,7 +63,7 @@ func TestIdleConnectionsDoNotBlockReadyz(t *testing.T) {
 		conns = append(conns, c)
 		if i%2 == 0 {
 			// One request, then the connection stays open, idle.
-			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -79,11 +80,11 @@ func TestIdleConnectionsDoNotBlockReadyz(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %d", resp.StatusCode)
 	}
-	cl, ok := sln.(*connLimiter)
+	cl, ok := sln.(*serve.Limiter)
 	if !ok {
 		t.Fatal("the API listener has no connection cap")
 	}
-	if n := cl.open(); n > maxConns {
+	if n := cl.Open(); n > maxConns {
 		t.Fatalf("the server holds %d connections, over the cap of %d", n, maxConns)
 	}
 }
@@ -136,7 +137,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		// A slow body: 10 of 100 bytes, then nothing.
 		c := ln.dial()
 		defer c.Close()
-		go fmt.Fprintf(c, "POST /v1/cells/c/append HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+		go fmt.Fprintf(c, "POST /v1/cells/c/append HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789")
 		start := time.Now()
 		// The daemon's own timers keep the bubble's clock going: bound
 		// the wait, so that a server without the bound fails, not hangs.
@@ -162,7 +163,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 			request string
 			limit   time.Duration
 		}{
-			{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", apiIdleTimeout},
+			{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", apiIdleTimeout},
 			{"silent", "", apiHeaderTimeout},
 		} {
 			c := ln.dial()

@@ -207,6 +207,16 @@ func specExchanges() []exchange {
 	}
 }
 
+// openExchanges go to a daemon without a token, which refuses what a
+// browser on another site sends (DEED-E042, 403).
+func openExchanges() []exchange {
+	return []exchange{
+		{"GET", "/v1/status", "", nil, 200},
+		{"POST", "/v1/cells/e/append", "x", []string{"Sec-Fetch-Site", "cross-site"}, 403},
+		{"GET", "/v1/cells", "", []string{"Origin", "http://evil.example"}, 403},
+	}
+}
+
 // TestOpenAPIMatchesTheDaemonsAnswers sends real requests to a daemon and
 // checks each request and answer (status, headers' content type, body)
 // against openapi.yaml, whose bodies are closed: a field the daemon sends
@@ -254,21 +264,29 @@ func checkAnswers(t *testing.T, src []byte) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.Open(t.Context(), daemon.Config{
+	serve := func(cfg daemon.Config) *httptest.Server {
+		d, err := daemon.Open(t.Context(), cfg, fakes3.NewMem().Client(cfg.Node), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(d.Handler())
+		t.Cleanup(func() {
+			srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = d.Close(ctx)
+		})
+		return srv
+	}
+	srv := serve(daemon.Config{
 		Node: "n1", Advertise: "http://127.0.0.1:1", TTL: 3 * time.Second, Version: "v0.0.0-spec",
 		FleetSecret: specSecret,
 		API:         daemon.APIConfig{Token: specToken, MaxBody: 64, MaxLimit: 1000},
-	}, fakes3.NewMem().Client("n1"), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(d.Handler())
-	defer func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
-	}()
+	})
+	open := serve(daemon.Config{
+		Node: "n2", Advertise: "http://127.0.0.1:1", TTL: 3 * time.Second, Version: "v0.0.0-spec",
+		API: daemon.APIConfig{MaxBody: 64, MaxLimit: 1000},
+	})
 	opts := &openapi3filter.Options{
 		IncludeResponseStatus:   true,
 		MultiError:              true,
@@ -282,9 +300,16 @@ func checkAnswers(t *testing.T, src []byte) []string {
 	openapi3filter.RegisterBodyDecoder("text/html", html)
 	var problems []string
 	covered := map[*openapi3.Operation]bool{}
-	for _, ex := range specExchanges() {
+	all := specExchanges()
+	nTokened := len(all)
+	all = append(all, openExchanges()...)
+	for i, ex := range all {
 		what := ex.method + " " + ex.path
-		req, err := http.NewRequestWithContext(t.Context(), ex.method, srv.URL+ex.path, strings.NewReader(ex.body))
+		base := srv.URL
+		if i >= nTokened {
+			base, what = open.URL, what+" (no token)"
+		}
+		req, err := http.NewRequestWithContext(t.Context(), ex.method, base+ex.path, strings.NewReader(ex.body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,10 +25,14 @@ import (
 
 // TestMain stops versitygw after the tests when DEED_VERSITYGW started it.
 // Started as deed exec's guard (in-process exec tests re-execute the test
-// binary), it is that guard instead.
+// binary), it is that guard instead, and started as the README
+// walkthrough's curl (on a machine without curl), that.
 func TestMain(m *testing.M) {
 	if guardMode() {
 		os.Exit(runGuard(os.Stdin, os.Stderr))
+	}
+	if os.Getenv(curlStandInEnv) == "1" {
+		os.Exit(curlStandIn(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	s3test.Main(m)
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -67,39 +71,133 @@ func startShell(t *testing.T, dir, script string, stdin io.Reader) *proc {
 	return startCmd(t, cmd, "sh -c "+strconv.Quote(script))
 }
 
+// curlStandInEnv makes the test binary act as curl (see curlStandIn).
+const curlStandInEnv = "DEED_TEST_AS_CURL"
+
+// provideCurl makes sure the walkthrough's shells find a curl: the real one
+// when it is installed, else the test binary standing in for it (the same
+// requests, the same output), so that the walkthrough runs on every
+// machine instead of skipping where curl is missing.
+func provideCurl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err == nil {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := "#!/bin/sh\n" + curlStandInEnv + "=1 exec " + strconv.Quote(self) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "curl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Log("curl is not installed: the walkthrough's curl commands run through the test binary")
+}
+
+// curlStandIn is the subset of curl the README uses: [-X METHOD]
+// [--data-binary DATA] URL. It prints the answer's body and, like curl
+// without -f, exits 0 whatever the status; 7 when it cannot connect, 2 on
+// anything else it does not understand (so a README that starts using more
+// of curl fails here rather than sending another request).
+func curlStandIn(args []string, stdout, stderr io.Writer) int {
+	method, url := "", ""
+	var body io.Reader
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case (a == "-X" || a == "--data-binary") && i+1 < len(args):
+			i++
+			if a == "-X" {
+				method = args[i]
+			} else if strings.HasPrefix(args[i], "@") {
+				fmt.Fprintf(stderr, "curl stand-in: --data-binary @file is not supported\n")
+				return 2
+			} else {
+				body = strings.NewReader(args[i])
+			}
+		case !strings.HasPrefix(a, "-") && url == "":
+			url = a
+		default:
+			fmt.Fprintf(stderr, "curl stand-in: unsupported argument %q\n", a)
+			return 2
+		}
+	}
+	if method == "" {
+		method = "GET"
+		if body != nil {
+			method = "POST"
+		}
+	}
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		fmt.Fprintf(stderr, "curl stand-in: %v\n", err)
+		return 2
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded") // as curl sends it
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "curl stand-in: %v\n", err)
+		return 7
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(stdout, resp.Body); err != nil {
+		fmt.Fprintf(stderr, "curl stand-in: %v\n", err)
+		return 56
+	}
+	return 0
+}
+
 // TestE2EReadmeFleet runs the README's fleet walkthrough as written: each
 // terminal is a shell of its own, the binary and the ports are
-// substituted, and "Ctrl-C in terminal 2" is a SIGINT to that terminal's
-// deed. The three nodes share a `deed fakes3 --dir` store and a fleet
-// secret; stopping node one must leave every record readable through the
-// others, and the store and the other nodes running.
+// substituted (each process listens on port 0 and the port it reports is
+// put into the terminals after it), and "Ctrl-C in terminal 2" is a
+// SIGINT to that terminal's deed. The three nodes share a `deed fakes3
+// --dir` store and a fleet secret; stopping node one must leave every
+// record readable through the others, and the store and the other nodes
+// running.
 func TestE2EReadmeFleet(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("the walkthrough uses curl, which is not installed here")
-	}
+	provideCurl(t)
 	bin := deedBinary(t)
 	block := readmeBlock(t, "<!-- fleet walkthrough -->")
-	s3, one, two, three := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	block = strings.NewReplacer("bin/deed", bin, "127.0.0.1:9000", s3, "127.0.0.1:7480", one, "127.0.0.1:7490", two, "127.0.0.1:7500", three).Replace(block)
+	block = strings.ReplaceAll(block, "bin/deed", bin)
 	term := terminals(block)
 	if len(term) != 5 {
 		t.Fatalf("want 5 terminals in the walkthrough, got %d:\n%s", len(term), block)
+	}
+	// The README's addresses, each replaced by the one its process reports.
+	const readmeS3 = "127.0.0.1:9000"
+	readmeNodes := []struct{ term, name, addr string }{{"2", "one", "127.0.0.1:7480"}, {"3", "two", "127.0.0.1:7490"}, {"4", "three", "127.0.0.1:7500"}}
+	addr := map[string]string{readmeS3: anyPort}
+	for _, n := range readmeNodes {
+		addr[n.addr] = anyPort
+	}
+	subst := func(n string) []string {
+		var out []string
+		for _, l := range term[n] {
+			for from, to := range addr {
+				l = strings.ReplaceAll(l, from, to)
+			}
+			out = append(out, l)
+		}
+		return out
 	}
 	dir := t.TempDir()
 	// Terminals 1 to 4 end in a command that runs until Ctrl-C: the shell
 	// execs it, so a SIGINT reaches deed as Ctrl-C would.
 	long := func(n string) *proc {
-		lines := term[n]
+		lines := subst(n)
 		lines[len(lines)-1] = "exec " + lines[len(lines)-1]
 		return startShell(t, dir, strings.Join(lines, "\n"), nil)
 	}
 	store := long("1")
-	waitS3(t, s3)
+	addr[readmeS3] = waitS3(t, store)
 	nodes := map[string]*proc{}
-	for i, n := range []struct{ term, name, addr string }{{"2", "one", one}, {"3", "two", two}, {"4", "three", three}} {
+	for _, n := range readmeNodes {
 		nodes[n.name] = long(n.term)
-		waitHTTP(t, "http://"+n.addr+"/readyz", 30*time.Second)
-		_ = i
+		addr[n.addr] = strings.TrimPrefix(waitNode(t, nodes[n.name], n.name), "http://")
 	}
 
 	// Terminal 5 is one shell; at "Ctrl-C in terminal 2" it says so and
@@ -107,7 +205,7 @@ func TestE2EReadmeFleet(t *testing.T) {
 	ctrlC := regexp.MustCompile(`^# Ctrl-C in terminal (\d+)`)
 	var script []string
 	var pressed []string
-	for _, line := range term["5"] {
+	for _, line := range subst("5") {
 		if m := ctrlC.FindStringSubmatch(line); m != nil {
 			script = append(script, "echo CTRL-C-"+m[1], "read _")
 			pressed = append(pressed, m[1])
@@ -150,9 +248,9 @@ func TestE2EReadmeFleet(t *testing.T) {
 	for _, want := range []string{
 		`"cell":"demo","epoch":1,"txid":1,"pos":1`, // the first append, wherever it landed
 		b64("hello"),                     // read back through node three
+		"held by node",                   // deed show
 		"appended to demo at position 2", // the CLI's append through node two
-		"hello", "again",                 // deed read prints the records
-		"held by node",
+		"hello", "again",                 // deed read prints both records
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("terminal 5 lacks %q:\n%s", want, out)
@@ -169,6 +267,33 @@ func TestE2EReadmeFleet(t *testing.T) {
 		nodes[name].signal(t, syscall.SIGINT)
 		if code := nodes[name].wait(t, 30*time.Second); code != 0 {
 			t.Errorf("node %s exited %d after Ctrl-C:\n%s", name, code, nodes[name].out.String())
+		}
+	}
+}
+
+// The curl stand-in sends what curl would for the README's commands, and
+// refuses what it does not implement instead of guessing.
+func TestCurlStandIn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.RequestURI(), b)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"-X", "POST", "--data-binary", "hello", srv.URL + "/a"}, 0, "POST /a hello"},
+		{[]string{srv.URL + "/r?after=0&barrier=true"}, 0, "GET /r?after=0&barrier=true "},
+		{[]string{"--data-binary", "x", srv.URL}, 0, "POST / x"},
+		{[]string{"-f", srv.URL}, 2, ""},
+		{[]string{"--data-binary", "@file", srv.URL}, 2, ""},
+		{[]string{"http://127.0.0.1:1/"}, 7, ""},
+	} {
+		var out, errOut strings.Builder
+		if code := curlStandIn(tc.args, &out, &errOut); code != tc.code || out.String() != tc.out {
+			t.Errorf("curl %q: exit %d %q (%s), want %d %q", tc.args, code, out.String(), errOut.String(), tc.code, tc.out)
 		}
 	}
 }
