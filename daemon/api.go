@@ -210,9 +210,13 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Now().Add(apiBodyTimeout))
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBody))
-			_ = rc.SetReadDeadline(time.Time{})
 			if err != nil {
+				// The connection is closed after the answer, and the
+				// deadline stays passed: the server would otherwise read
+				// on what is left of the body (up to 256 KiB, at whatever
+				// pace the client sends it) before closing.
 				w.Header().Set("Connection", "close")
+				_ = rc.SetReadDeadline(time.Unix(1, 0))
 				var tooBig *http.MaxBytesError
 				if errors.As(err, &tooBig) {
 					writeError(w, errcode.Errorf(errcode.CodeBadRequest, "request body exceeds the limit of %d bytes", cfg.MaxBody))
@@ -221,6 +225,7 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				}
 				return
 			}
+			_ = rc.SetReadDeadline(time.Time{})
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		next.ServeHTTP(w, r)

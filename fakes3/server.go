@@ -244,7 +244,7 @@ func (s *Server) startOn(ln net.Listener) {
 		IdleTimeout:       serveIdleTimeout,
 		MaxHeaderBytes:    serveMaxHeaderBytes,
 		ConnState:         cl.Track,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          serve.ErrorLog(s.log, "fakes3"),
 	}
 	s.url = "http://" + ln.Addr().String()
 	s.served = make(chan error, 1)
