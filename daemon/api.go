@@ -96,7 +96,46 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 		}
 		writeErrorStatus(w, http.StatusNotFound, errcode.Errorf(errcode.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return guard(cfg, mux)
+	return guard(cfg, canonicalPaths(mux))
+}
+
+// canonicalPaths answers a request whose path has an empty, "." or ".."
+// segment with a deed error, before the ServeMux would: it answers such a
+// path with a bare 307 redirect to the cleaned one, which a client
+// following it would send to another cell (/v1/cells/../x/append is x's
+// append) or to nowhere. Under /v1/cells/ the segment is where a cell name
+// goes, and none of them is one (DEED-E001); elsewhere there is no such
+// endpoint.
+func canonicalPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if canonical(p) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasPrefix(p, "/v1/cells/") {
+			writeErrorStatus(w, http.StatusBadRequest, errcode.Errorf(errcode.CodeInvalidName,
+				"invalid cell name in %s: a cell name is not empty, %q or %q (the path has an empty, . or .. segment)", p, ".", ".."))
+			return
+		}
+		writeErrorStatus(w, http.StatusNotFound, errcode.Errorf(errcode.CodeBadRequest, "no such endpoint: %s %s (the path has an empty, . or .. segment)", r.Method, p))
+	})
+}
+
+// canonical reports whether p is an absolute path without empty, "." or
+// ".." segments (a trailing slash is an empty last segment, which the
+// ServeMux matches or 404s on its own).
+func canonical(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if (s == "" && i != len(segs)-1) || s == "." || s == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // allowedMethods lists the methods mux serves on r's path, when r's own
@@ -159,7 +198,7 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
 				// An unauthenticated client keeps no connection open.
 				w.Header().Set("Connection", "close")
-				writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
+				writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: missing or wrong bearer token: send Authorization: Bearer TOKEN, the token of the node's --token-file (the CLI: --token, --token-file or DEED_TOKEN)"))
 				return
 			}
 		}

@@ -291,7 +291,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 func openDaemon(ctx context.Context, cfg daemon.Config, b bucket.Bucket, log *slog.Logger) (*daemon.Daemon, error) {
 	rep, err := probe.Run(ctx, b, probe.Options{})
 	if err != nil {
-		return nil, errcode.Wrap(err, "probe store")
+		return nil, err // it says "probe: ..." already
 	}
 	for _, c := range rep.Checks {
 		if c.Warning {
