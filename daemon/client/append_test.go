@@ -66,16 +66,16 @@ func TestAppendRetriesWithOneKey(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		answers []func(http.ResponseWriter)
-		ctx     time.Duration
-		code    errcode.Code // "" = success
-		sends   int          // 0 = at least 2
+		ctx     time.Duration // long enough for two attempts on a loaded machine
+		code    errcode.Code  // "" = success
+		sends   int           // 0 = at least 2
 	}{
 		{"lost then replayed", []func(http.ResponseWriter){lost, ok(true)}, time.Minute, "", 2},
 		{"unavailable, fenced, peer, then ok", []func(http.ResponseWriter){refuse(errcode.CodeUnavailable, 503), refuse(errcode.CodeSuperseded, 409), refuse(errcode.CodePeer, 503), ok(false)}, time.Minute, "", 4},
 		{"bad request is final", []func(http.ResponseWriter){refuse(errcode.CodeBadRequest, 400)}, time.Minute, errcode.CodeBadRequest, 1},
 		{"mismatch is final", []func(http.ResponseWriter){refuse(errcode.CodePosMismatch, 412)}, time.Minute, errcode.CodePosMismatch, 1},
-		{"always unavailable: not written", []func(http.ResponseWriter){refuse(errcode.CodeUnavailable, 503)}, 300 * time.Millisecond, errcode.CodeUnavailable, 0},
-		{"lost, then unavailable: unknown", []func(http.ResponseWriter){lost, refuse(errcode.CodeUnavailable, 503)}, 300 * time.Millisecond, errcode.CodeAmbiguous, 0},
+		{"always unavailable: not written", []func(http.ResponseWriter){refuse(errcode.CodeUnavailable, 503)}, 2 * time.Second, errcode.CodeUnavailable, 0},
+		{"lost, then unavailable: unknown", []func(http.ResponseWriter){lost, refuse(errcode.CodeUnavailable, 503)}, 2 * time.Second, errcode.CodeAmbiguous, 0},
 		{"lost, then held: unknown", []func(http.ResponseWriter){lost, refuse(errcode.CodeHeld, 409)}, time.Minute, errcode.CodeAmbiguous, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
