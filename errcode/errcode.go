@@ -35,6 +35,7 @@ const (
 	CodeCorruptStore Code = "DEED-E032" // corrupt or truncated embedded store file
 	CodeBadRequest   Code = "DEED-E040" // request too large / bad request
 	CodeUnauthorized Code = "DEED-E041" // unauthorized
+	CodeOutput       Code = "DEED-E050" // the command's output could not be written
 )
 
 // Error is an error carrying a stable code. Its message starts with the code

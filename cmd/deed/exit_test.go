@@ -26,6 +26,7 @@ func TestCodeExitStatus(t *testing.T) {
 		errcode.CodeCorruptStore: 1,
 		errcode.CodeBadRequest:   2,
 		errcode.CodeUnauthorized: 2,
+		errcode.CodeOutput:       1,
 		"DEED-E999":              1,
 	} {
 		if got := codeExitStatus(code); got != want {
