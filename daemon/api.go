@@ -39,6 +39,11 @@ type APIConfig struct {
 	// Node names this node in the Deed-Node header of every answer;
 	// Daemon.Handler sets it from Config.Node.
 	Node string
+	// Hosts are the host names (or addresses) a token-less API answers
+	// besides loopback ones; Daemon.Handler adds Config.Advertise's host.
+	// A request naming another Host, or sent by a browser from another
+	// site, is refused with DEED-E042 (see sameSite).
+	Hosts []string
 
 	// fleetSecret authenticates peers' requests (Config.FleetSecret).
 	fleetSecret string
@@ -55,6 +60,9 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 		cfg.Node = d.cfg.Node
 	}
 	cfg.fleetSecret = d.cfg.FleetSecret
+	if h := advertiseHost(d.cfg.Advertise); h != "" {
+		cfg.Hosts = append(slices.Clip(cfg.Hosts), h)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true})
@@ -87,7 +95,46 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 		}
 		writeErrorStatus(w, http.StatusNotFound, errcode.Errorf(errcode.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return guard(cfg, mux)
+	return guard(cfg, canonicalPaths(mux))
+}
+
+// canonicalPaths answers a request whose path has an empty, "." or ".."
+// segment with a deed error, before the ServeMux would: it answers such a
+// path with a bare 307 redirect to the cleaned one, which a client
+// following it would send to another cell (/v1/cells/../x/append is x's
+// append) or to nowhere. Under /v1/cells/ the segment is where a cell name
+// goes, and none of them is one (DEED-E001); elsewhere there is no such
+// endpoint.
+func canonicalPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if canonical(p) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasPrefix(p, "/v1/cells/") {
+			writeErrorStatus(w, http.StatusBadRequest, errcode.Errorf(errcode.CodeInvalidName,
+				"invalid cell name in %s: a cell name is not empty, %q or %q (the path has an empty, . or .. segment)", p, ".", ".."))
+			return
+		}
+		writeErrorStatus(w, http.StatusNotFound, errcode.Errorf(errcode.CodeBadRequest, "no such endpoint: %s %s (the path has an empty, . or .. segment)", r.Method, p))
+	})
+}
+
+// canonical reports whether p is an absolute path without empty, "." or
+// ".." segments (a trailing slash is an empty last segment, which the
+// ServeMux matches or 404s on its own).
+func canonical(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if (s == "" && i != len(segs)-1) || s == "." || s == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // allowedMethods lists the methods mux serves on r's path, when r's own
@@ -136,13 +183,21 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 			writeError(w, err)
 			return
 		}
-		if !peer && len(want) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+		if !peer && len(want) == 0 && !open {
+			if err := sameSite(r, cfg.Hosts); err != nil {
+				w.Header().Set("Connection", "close")
+				writeError(w, err)
+				return
+			}
+		}
+		if !peer && len(want) > 0 && !open {
 			got, ok := bearerToken(r.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
 				// An unauthenticated client keeps no connection open.
 				w.Header().Set("Connection", "close")
-				writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
+				writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: missing or wrong bearer token: send Authorization: Bearer TOKEN, the token of the node's --token-file (the CLI: --token, --token-file or DEED_TOKEN)"))
 				return
 			}
 		}
@@ -155,9 +210,13 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Now().Add(apiBodyTimeout))
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBody))
-			_ = rc.SetReadDeadline(time.Time{})
 			if err != nil {
+				// The connection is closed after the answer, and the
+				// deadline stays passed: the server would otherwise read
+				// on what is left of the body (up to 256 KiB, at whatever
+				// pace the client sends it) before closing.
 				w.Header().Set("Connection", "close")
+				_ = rc.SetReadDeadline(time.Unix(1, 0))
 				var tooBig *http.MaxBytesError
 				if errors.As(err, &tooBig) {
 					writeError(w, errcode.Errorf(errcode.CodeBadRequest, "request body exceeds the limit of %d bytes", cfg.MaxBody))
@@ -166,6 +225,7 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				}
 				return
 			}
+			_ = rc.SetReadDeadline(time.Time{})
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		next.ServeHTTP(w, r)
@@ -384,6 +444,8 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusBadRequest
 	case errcode.CodeUnauthorized:
 		return http.StatusUnauthorized
+	case errcode.CodeCrossSite:
+		return http.StatusForbidden
 	case errcode.CodeHeld, errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNotHolder:
 		return http.StatusConflict
 	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer:

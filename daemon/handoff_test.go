@@ -91,7 +91,7 @@ func (f *testFleet) appendFollowing(t testing.TB, first, cell, data string) (las
 	node := first
 	for range 6 {
 		rec := httptest.NewRecorder()
-		f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
+		f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/append", strings.NewReader(data)))
 		var body client.ErrorBody
 		decodeJSON(t, rec, &body)
 		// Each step: the node asked, its status and code, and the node
@@ -415,7 +415,7 @@ func TestDrainHandsEveryCellOffAndTakesNoNew(t *testing.T) {
 			}
 		}
 		rec := httptest.NewRecorder()
-		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "/v1/node/drain", nil))
+		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/node/drain", nil))
 		var st client.NodeState
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); rec.Code != 200 || err != nil || !st.Draining {
 			t.Fatalf("drain: %d %s", rec.Code, rec.Body)
@@ -474,7 +474,7 @@ func TestPinnedMoveIsNotMovedBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := httptest.NewRecorder()
-		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/move?to=b", nil))
+		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/move?to=b", nil))
 		var mv client.Moved
 		if err := json.Unmarshal(rec.Body.Bytes(), &mv); rec.Code != 200 || err != nil || !mv.Moved || mv.From != "a" || mv.To != "b" {
 			t.Fatalf("move: %d %s", rec.Code, rec.Body)
@@ -669,12 +669,24 @@ func TestMoveOfACellHeldNowhereOrElsewhere(t *testing.T) {
 		time.Sleep(ttl)
 		move := func(node, cell, to string) (int, client.Moved, client.ErrorBody) {
 			rec := httptest.NewRecorder()
-			f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/move?to="+to, nil))
+			f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/move?to="+to, nil))
 			var mv client.Moved
 			var eb client.ErrorBody
 			decodeJSON(t, rec, &mv)
 			decodeJSON(t, rec, &eb)
 			return rec.Code, mv, eb
+		}
+		// A cell never claimed is refused (a typo, most likely); one
+		// claimed and released is free.
+		if code, _, eb := move("a", "free", "b"); code != 400 || eb.Code != errcode.CodeBadRequest {
+			t.Fatalf("move of a cell never claimed: %d %+v", code, eb)
+		}
+		for _, op := range []string{"claim", "release"} {
+			rec := httptest.NewRecorder()
+			f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/free/"+op, nil))
+			if rec.Code != 200 {
+				t.Fatalf("%s on a: %d %s", op, rec.Code, rec.Body)
+			}
 		}
 		code, mv, _ := move("a", "free", "b")
 		if code != 200 || mv.From != "" || mv.To != "b" || bnode.held("free") == nil || !bnode.pinnedHere(bnode.held("free")) {
@@ -702,7 +714,7 @@ func TestHandoffPushNeedsTheFleetSecret(t *testing.T) {
 	f := newTestFleet()
 	a := f.open(t, m, "a", 3*time.Second, -1)
 	for name, secret := range map[string]string{"client": "", "wrong secret": "another-fleet-secret"} {
-		req := httptest.NewRequest("POST", "/v1/cells/c/handoff", nil)
+		req := httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/c/handoff", nil)
 		if secret != "" {
 			req.Header.Set(headerPeerToken, secret)
 		}

@@ -138,7 +138,7 @@ func TestUsedCellIsKept(t *testing.T) {
 			mustAppend(t, h, "busy", fmt.Sprint(i))
 			// Reads of a held cell are use too.
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells/read/records?barrier=true", nil))
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/cells/read/records?barrier=true", nil))
 			if rec.Code != 200 {
 				t.Fatalf("read: %d %s", rec.Code, rec.Body)
 			}

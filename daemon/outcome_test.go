@@ -94,7 +94,7 @@ type appendAnswer = daemontest.Answer
 // serveAppend runs one append through the handler and returns its answer.
 func serveAppend(t testing.TB, h http.Handler, cell, data string) appendAnswer {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/append", strings.NewReader(data)))
 	var body client.ErrorBody
 	decodeJSON(t, rec, &body)
 	return appendAnswer{Data: data, Status: rec.Code, Code: body.Code, Applied: string(body.Applied)}
@@ -227,7 +227,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 func metricValue(t *testing.T, d *Daemon, series string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
 	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
@@ -299,7 +299,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells/c/records?barrier=true", nil))
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/cells/c/records?barrier=true", nil))
 				}()
 				<-g.entered
 				tc.end(t, d, m)

@@ -187,7 +187,7 @@ func TestDeedNodeOnEveryAnswer(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	StartingHandler(APIConfig{Node: "a"}).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells", nil))
+	StartingHandler(APIConfig{Node: "a"}).ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/cells", nil))
 	if rec.Header().Get(HeaderNode) != "a" {
 		t.Errorf("starting: no Deed-Node")
 	}

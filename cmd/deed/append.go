@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/deedkit/deed/errcode"
 )
@@ -67,10 +68,11 @@ before appending it again). With --json the error object has "applied".`,
 
 // readRecordFromStdin reads the record from standard input. On a terminal
 // it first says so on stderr, which would otherwise look like a hang; from
-// a pipe or a file it is silent.
+// a pipe, a file or a device that is no terminal (/dev/null is a character
+// device too) it is silent.
 func readRecordFromStdin(cfg *config) ([]byte, error) {
 	if f, ok := stdin.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		if term.IsTerminal(int(f.Fd())) {
 			fmt.Fprintln(cfg.inv.Stderr, "deed append: reading the record from standard input; end it with Ctrl-D (or pass DATA as an argument)")
 		}
 	}

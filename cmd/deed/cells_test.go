@@ -580,10 +580,23 @@ func TestClaimReleaseNeverActAsLiveNode(t *testing.T) {
 	hold := e.start(t, "claim", "c", "--node", "d1", "--hold", "--ttl", "1s")
 	hold.waitOut(t, "holding cell c for node d1 at epoch 1", 10*time.Second)
 
-	r := e.run(t, "claim", "c", "--node", "d1")
+	// claim and exec have no --as-node: their refusals say what works.
+	for _, args := range [][]string{
+		{"claim", "c", "--node", "d1"},
+		{"claim", "c", "--node", "d1", "--hold"},
+		{"exec", "c", "--node", "d1", "--", "true"},
+	} {
+		r := e.run(t, args...)
+		wantExit(t, r, 4, errcode.CodeHeld)
+		if !strings.Contains(r.stderr, "node id d1 is in use by a live process") || strings.Contains(r.stderr, "as-node") ||
+			!strings.Contains(r.stderr, "omit --node to "+args[0]+" under an id of your own") || !strings.Contains(r.stderr, "POST /v1/cells/CELL/claim") {
+			t.Errorf("%s as a live node: %q", strings.Join(args, " "), r.stderr)
+		}
+	}
+	r := e.run(t, "release", "c", "--node", "d1")
 	wantExit(t, r, 4, errcode.CodeHeld)
-	if !strings.Contains(r.stderr, "node id d1 is in use by a live process") || !strings.Contains(r.stderr, "--as-node d1") {
-		t.Errorf("claim as a live node: %q", r.stderr)
+	if !strings.Contains(r.stderr, "--as-node d1") {
+		t.Errorf("release as a live node: %q", r.stderr)
 	}
 	r = e.run(t, "claim", "c")
 	wantExit(t, r, 4, errcode.CodeHeld)

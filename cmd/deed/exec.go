@@ -144,10 +144,10 @@ is CMD's.`,
 			// the cell.
 			hw := newHeldWait(wait, n.Params().TTL, log)
 			if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
-				return errcode.Wrap(err, "exec %s", cell)
+				return errcode.Wrap(liveNodeHint(err, "exec"), "exec %s", cell)
 			}
 			defer cfg.dropOwnLease(ctx, b, n, log) // after every path closed n
-			l, err := hw.claim(ctx, n, cell, false, nil)
+			l, err := hw.claim(ctx, n, cell, false, nil, execHeldHint)
 			if err != nil {
 				closeNode(ctx, n, log)
 				return err

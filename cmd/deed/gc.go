@@ -8,6 +8,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -69,6 +70,13 @@ With --json it prints one JSON object per cell and line:
 			}
 			opts := replication.GCOptions{DryRun: dryRun}
 			if !all {
+				// A name that was never claimed is most likely a typo: say
+				// so rather than report nothing to delete.
+				if _, exists, err := owner.Inspect(ctx, b, args[0]); err != nil {
+					return errcode.Wrap(err, "gc %s", args[0])
+				} else if !exists {
+					return errcode.Errorf(errcode.CodeBadRequest, "gc %s: no such cell: it was never claimed (see deed ls)", args[0])
+				}
 				return gcCell(ctx, cfg, b, args[0], opts)
 			}
 			var first error

@@ -19,6 +19,7 @@ import (
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/serve"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -214,6 +215,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	h := &daemon.SwapHandler{}
 	h.Set(daemon.StartingHandler(api))
 	srv, sln := daemon.NewServer(h, ln, rf.maxConns, reqCtx)
+	// The server's own errors (failed TLS handshakes, mostly) go through
+	// the logger, rate-limited, not to stderr in plain text.
+	srv.ErrorLog = serve.ErrorLog(cfg.log, "api")
 	if certs != nil {
 		// TLS on top of the connection cap: the cap counts (and may
 		// replace) idle connections whatever they carry.
@@ -278,7 +282,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 func openDaemon(ctx context.Context, cfg daemon.Config, b bucket.Bucket, log *slog.Logger) (*daemon.Daemon, error) {
 	rep, err := probe.Run(ctx, b, probe.Options{})
 	if err != nil {
-		return nil, errcode.Wrap(err, "probe store")
+		return nil, err // it says "probe: ..." already
 	}
 	for _, c := range rep.Checks {
 		if c.Warning {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -93,6 +94,13 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 		return ce
 	}
 	// Not deed's error body: a proxy, or not a daemon at all.
+	if s3Answer(resp, raw) && resp.StatusCode < 500 {
+		// The store's own refusal (an unsigned request, usually 403): the
+		// address is the store's, so nothing reached a daemon.
+		return newError(errcode.CodeBadRequest, resp.StatusCode,
+			"%s is an S3 store, not a deed daemon (it answered %s with an S3 error): give the daemon's API address (deed run --listen; the CLI's --addr or DEED_ADDR, default %s), and the store's only as --endpoint",
+			redactURL(resp.Request.URL.Scheme+"://"+resp.Request.URL.Host), resp.Status, "http://127.0.0.1:7480")
+	}
 	code := errcode.CodeUnavailable
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
@@ -106,6 +114,17 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 		code = errcode.CodeAmbiguous
 	}
 	return newError(code, resp.StatusCode, "the daemon answered %s: %.200q", resp.Status, raw)
+}
+
+// s3Answer reports whether an answer is an S3 store's: its XML error
+// document, or the request id header every S3 implementation sets.
+func s3Answer(resp *http.Response, raw []byte) bool {
+	if resp.Header.Get("X-Amz-Request-Id") != "" || resp.Header.Get("X-Amz-Id-2") != "" {
+		return true
+	}
+	body := bytes.TrimSpace(raw)
+	body = bytes.TrimPrefix(body, []byte(`<?xml version="1.0" encoding="UTF-8"?>`))
+	return bytes.HasPrefix(bytes.TrimSpace(body), []byte("<Error>")) && bytes.Contains(body, []byte("<Code>"))
 }
 
 // redactedBase is the daemon's URL as it may be printed: a password in
