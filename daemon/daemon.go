@@ -406,7 +406,11 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		// Not able to fence the predecessors: give the cell back so another
 		// node (or a retry) can.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.TTL)
-		_ = l.Release(rctx)
+		if rerr := l.Release(rctx); rerr != nil {
+			// The record still names this node: its next claim here
+			// re-enters the cell, a peer's waits for the node lease.
+			d.log.Warn("giving the cell back after its log failed to open failed", "cell", c.name, "epoch", l.Epoch(), "open_err", err, "err", rerr)
+		}
 		cancel()
 		d.dropIfEmpty(c)
 		return nil, err
@@ -507,7 +511,16 @@ func (d *Daemon) sealDropped(lg *replication.Log) {
 		defer d.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.TTL)
 		defer cancel()
-		_ = lg.Close(ctx)
+		if err := lg.Close(ctx); err != nil {
+			// Only a courtesy (the next owner seals the chain itself):
+			// at debug when the store is unreachable, which is logged
+			// once per outage already, else a warning.
+			lvl := slog.LevelWarn
+			if errcode.CodeOf(err) == errcode.CodeUnavailable {
+				lvl = slog.LevelDebug
+			}
+			d.log.Log(context.Background(), lvl, "sealing a dropped cell's log failed; its next owner seals it", "cell", lg.Cell(), "epoch", lg.Epoch(), "err", err)
+		}
 	}()
 }
 

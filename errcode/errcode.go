@@ -38,6 +38,7 @@ const (
 	CodeCrossSite    Code = "DEED-E042" // a token-less daemon refused a cross-site or foreign-Host (DNS rebinding) request
 	CodeKeyReused    Code = "DEED-E043" // idempotency key already used for another body; not applied
 	CodePosMismatch  Code = "DEED-E044" // conditional append: the log's next position is not the one named; not applied
+	CodeOutput       Code = "DEED-E050" // the command's output could not be written
 )
 
 // Error is an error carrying a stable code. Its message starts with the code

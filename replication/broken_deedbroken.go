@@ -7,10 +7,20 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"testing"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
 )
+
+// A deedbroken build carries switches that break the protocol: it refuses
+// to run outside a test binary, so that it can never be shipped or run as
+// deed (make release-check also rejects any build tag).
+func init() {
+	if !testing.Testing() {
+		panic("replication: built with the deedbroken tag, which exists only for the broken-variant tests (go test -tags deedbroken): never run or ship such a build")
+	}
+}
 
 // The switches broken.go documents, as variables the setters below flip.
 var (

@@ -94,7 +94,7 @@ func (l *Log) announce(ctx context.Context) error {
 func (l *Log) recheck(ctx context.Context) error {
 	var rec owner.Record
 	var exists bool
-	err := l.s.retry(ctx, l.s.cfg.readAttempts, func(ctx context.Context) error {
+	err := l.s.retry(ctx, readAttempts, func(ctx context.Context) error {
 		var err error
 		rec, exists, err = owner.Inspect(ctx, l.s.b, l.s.cell)
 		return err

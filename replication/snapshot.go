@@ -280,7 +280,7 @@ func (s *store) remove(ctx context.Context, o listed) error {
 	if o.etag == "" {
 		cond = bucket.None
 	}
-	err := s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+	err := s.retry(ctx, readAttempts, func(ctx context.Context) error {
 		err := s.b.Delete(ctx, o.key, cond)
 		if errors.Is(err, bucket.ErrUnsupported) && cond.Conditional() {
 			cond = bucket.None

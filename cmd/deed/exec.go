@@ -170,7 +170,7 @@ is CMD's.`,
 				envExecNode+"="+cfg.node,
 				envExecPrefix+"="+dataPrefix(loc, cell, l.Epoch()),
 			)
-			c.Stdin, c.Stdout, c.Stderr = stdin, cfg.inv.Stdout, cfg.inv.Stderr
+			c.Stdin, c.Stdout, c.Stderr = stdin, rawOutput(cfg.inv.Stdout), cfg.inv.Stderr
 			c.SysProcAttr = procAttr(foreground)
 			// A grandchild that keeps a piped stdout open must not keep
 			// exec waiting once CMD itself has exited.

@@ -214,9 +214,17 @@ func (cfg *config) describe(loc bucket.Location) string {
 // run executes one invocation of the CLI and returns its exit status. It is
 // the single place that turns an error into output and a status.
 func run(ctx context.Context, inv invocation) int {
+	out := &outputWriter{w: inv.Stdout}
+	inv.Stdout = out
 	cfg := &config{inv: inv}
 	root := newRootCmd(cfg)
 	cmd, err := root.ExecuteContextC(ctx)
+	if werr := out.failed(); werr != nil && (err == nil || errors.Is(err, werr)) {
+		// The command did what it was asked (an append is written, a
+		// claim held); only its answer is lost. (A command that returned
+		// the write error itself, as ls does from its table, is the same.)
+		err = errcode.Errorf(errcode.CodeOutput, "the command completed, but its output could not be written: %w", werr)
+	}
 	if err == nil {
 		return 0
 	}
