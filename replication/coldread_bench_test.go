@@ -11,33 +11,48 @@ import (
 
 // BenchmarkColdRead20k is a read by a process that does not hold the cell
 // (replication.Read: a daemon that is not its holder), of 100 records at
-// several depths of a log of 20,000 one-record files: the requests one
-// read costs, LISTs above all (each LIST page holds 1,000 keys).
+// several depths of a log of 20,000 one-record files, written by one epoch
+// or by 50 (each closed by its successor's takeover): the requests one
+// read costs, LISTs above all (each LIST page holds 1,000 keys). "whole"
+// locates the start from a listing of the whole log, as every read did
+// before seek; "seek" is the read as it is.
 func BenchmarkColdRead20k(b *testing.B) {
 	const files = 20000
-	m := fakes3.NewMem()
-	l := claim(b, m, "a", false)
-	lg := open(b, m, l)
-	ctx := context.Background()
-	for i := range files {
-		if _, err := lg.Append(ctx, l, fmt.Appendf(nil, "r%d", i)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, after := range []replication.Pos{0, files / 2, files - 100} {
-		b.Run(fmt.Sprintf("after=%d", after), func(b *testing.B) {
-			before := m.Counts()
-			for range b.N {
-				recs, err := replication.Read(ctx, m, cell, after, 100)
-				if err != nil || len(recs) != 100 || recs[0].Pos != after+1 {
-					b.Fatalf("read after %d: %d records, %v", after, len(recs), err)
+	for _, epochs := range []int{1, 50} {
+		m := fakes3.NewMem()
+		ctx := context.Background()
+		for e := range epochs {
+			l := claim(b, m, fmt.Sprintf("n%d", e), e > 0)
+			lg := open(b, m, l)
+			for i := range files / epochs {
+				if _, err := lg.Append(ctx, l, fmt.Appendf(nil, "r%d-%d", e, i)); err != nil {
+					b.Fatal(err)
 				}
 			}
-			c := m.Counts().Sub(before)
-			n := float64(b.N)
-			b.ReportMetric(float64(c.List)/n, "lists/op")
-			b.ReportMetric(float64(c.Get)/n, "gets/op")
-			b.ReportMetric(float64(c.Head)/n, "heads/op")
-		})
+			if err := lg.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, mode := range []string{"whole", "seek"} {
+			for _, after := range []replication.Pos{0, files / 2, files - 100} {
+				b.Run(fmt.Sprintf("epochs=%d/%s/after=%d", epochs, mode, after), func(b *testing.B) {
+					if mode == "whole" {
+						defer replication.SetSeekPage(0)()
+					}
+					before := m.Counts()
+					for range b.N {
+						recs, err := replication.Read(ctx, m, cell, after, 100)
+						if err != nil || len(recs) != 100 || recs[0].Pos != after+1 {
+							b.Fatalf("read after %d: %d records, %v", after, len(recs), err)
+						}
+					}
+					c := m.Counts().Sub(before)
+					n := float64(b.N)
+					b.ReportMetric(float64(c.List)/n, "lists/op")
+					b.ReportMetric(float64(c.Get)/n, "gets/op")
+					b.ReportMetric(float64(c.Head)/n, "heads/op")
+				})
+			}
+		}
 	}
 }

@@ -13,3 +13,11 @@ func Announce(ctx context.Context, b bucket.Bucket, lease *owner.Lease) error {
 	l := &Log{s: makeStore(b, lease.Cell(), nil), lease: lease, epoch: lease.Epoch()}
 	return l.announce(ctx)
 }
+
+// SetSeekPage sets the size of the first page a read lists before it
+// seeks (0: never seek, list the whole log) and returns the restore.
+func SetSeekPage(n int) (restore func()) {
+	old := seekPage
+	seekPage = n
+	return func() { seekPage = old }
+}

@@ -1,0 +1,302 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
+)
+
+// seekPage is the size of the first page of the log a read by a
+// non-holder lists. A log that fits in it is located from that page, as
+// from a whole listing; a longer one is sought (see seek), so that a read
+// costs requests in the logarithm of the log's length, not in its length.
+// Tests set it lower, to seek in short logs, or to 0, to locate from a
+// whole listing as every read did before seek.
+var seekPage = 1000
+
+// seekFirstKeys is the page size of a LIST for the first files of one
+// epoch: a snapshot or two can sort before its first record file.
+const seekFirstKeys = 8
+
+// seekFirstPages bounds the pages seekFirst follows in one epoch; past it
+// the epoch counts as holding no record, which costs the walk reads, never
+// correctness (any record at or before the position is a valid start).
+const seekFirstPages = 4
+
+// locateBounded is locate for a read that must not list the whole log. It
+// lists one page of the log; if that is the whole log, it locates from it
+// as locate does. Otherwise it seeks the record file holding position
+// after+1 (see seek) and, when the position is below every record it
+// finds (compacted, or an empty log), falls back to locate.
+func (s *store) locateBounded(ctx context.Context, after Pos) (anchor, *announced, error) {
+	if seekPage <= 0 {
+		return s.locate(ctx, after)
+	}
+	prefix := LogPrefix(s.cell)
+	first, err := s.listPage(ctx, bucket.ListInput{Prefix: prefix, MaxKeys: seekPage})
+	if err != nil {
+		return anchor{}, nil, err
+	}
+	if first.NextToken == "" {
+		return s.locateIn(ctx, parseListing(prefix, first.Objects), after)
+	}
+	ann, withFiles, err := s.listEpochs(ctx, first)
+	if err != nil {
+		return anchor{}, nil, err
+	}
+	a, ok, err := s.seek(ctx, after+1, withFiles)
+	if err != nil {
+		return anchor{}, nil, err
+	}
+	if !ok {
+		return s.locate(ctx, after)
+	}
+	return a, ann, nil
+}
+
+// listPage lists one page, retrying its transient errors.
+func (s *store) listPage(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
+	page, err := retryingList{s.b, s}.List(ctx, in)
+	if err != nil {
+		return page, errcode.Wrap(err, "list %s", in.Prefix)
+	}
+	return page, nil
+}
+
+// listEpochs finds the announced epochs a walk scans (as listLog does:
+// every epoch with an announcement marker or a file) without listing the
+// files: the markers (already in first, the log's first page, when it
+// reaches past them: they sort before the epochs' prefixes), and the
+// epochs' prefixes, listed with the delimiter '/'. withFiles is the epochs
+// with a prefix, ascending. A prefix holding only strays counts as an
+// epoch too: the walk then reads a slot there that is missing, one GET,
+// and goes on as it would without it.
+func (s *store) listEpochs(ctx context.Context, first bucket.ListPage) (ann *announced, withFiles []uint64, err error) {
+	prefix := LogPrefix(s.cell)
+	markers := first.Objects
+	// Every key ≥ "announce0" sorts after every marker ('0' follows '/').
+	if n := len(markers); n == 0 || markers[n-1].Key < prefix+"announce0" {
+		page, err := s.list(ctx, bucket.ListInput{Prefix: prefix + announceDir})
+		if err != nil {
+			return nil, nil, err
+		}
+		markers = page.Objects
+	}
+	epochs := map[uint64]bool{}
+	for _, o := range markers {
+		if e, ok := parseAnnounce(strings.TrimPrefix(o.Key, prefix)); ok {
+			epochs[e] = true
+		}
+	}
+	page, err := s.list(ctx, bucket.ListInput{Prefix: prefix, Delimiter: "/"})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range page.Prefixes {
+		name, ok := strings.CutPrefix(p, prefix+"e")
+		if !ok {
+			continue
+		}
+		if e, ok := canonicalEpoch(strings.TrimSuffix(name, "/")); ok && strings.HasSuffix(name, "/") {
+			withFiles = append(withFiles, e)
+			epochs[e] = true
+		}
+	}
+	slices.Sort(withFiles)
+	ann = &announced{}
+	for e := range epochs {
+		ann.epochs = append(ann.epochs, e)
+	}
+	slices.Sort(ann.epochs)
+	if brokenReaderStaleList {
+		ann.epochs = staleAnnounced(s.cell, ^uint64(0), ann.epochs)
+	}
+	return ann, withFiles, nil
+}
+
+// epochFirst is the first record file of one epoch's listing.
+type epochFirst struct {
+	key  string
+	txid TxID
+	f    *File // nil: the epoch's first files hold no record
+}
+
+// seek finds the record file holding position want, or the nearest record
+// file before it, among the epochs with files (ascending), in requests
+// logarithmic in the log's length. The chain runs in (epoch, txid) order —
+// a successor continues at a higher epoch, always at a higher txid — and
+// positions grow along it, so:
+//
+//   - the epoch is found by a binary search over the epochs' first record
+//     files (each probe: one LIST of a few keys, one GET);
+//   - within that epoch, record files sit at consecutive txids from its
+//     first one (t0, position p0), each with at least one record, so want
+//     is at a txid ≤ t0 + (want − p0): a binary search by GET of known
+//     keys below that bound finds it, and with one record per file the
+//     first GET does.
+//
+// Nothing seek concludes needs more than a start at or before want on the
+// chain; the walk from it verifies every position. ok is false when no
+// record file at or before want was found: the caller locates from a whole
+// listing instead, which knows the snapshots. A file GC deletes under the
+// search makes it start lower (a GET that finds nothing counts as past
+// the epoch's end), and the walk that meets the hole finds its start gone
+// as well (GC deletes in txid order): errGCRace.
+func (s *store) seek(ctx context.Context, want Pos, epochs []uint64) (anchor, bool, error) {
+	firsts := make([]*epochFirst, len(epochs))
+	first := func(i int) (*epochFirst, error) {
+		if firsts[i] == nil {
+			r, err := s.seekFirst(ctx, epochs[i])
+			if err != nil {
+				return nil, err
+			}
+			firsts[i] = r
+		}
+		return firsts[i], nil
+	}
+	best := -1
+	lo, hi := 0, len(epochs)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		// The nearest epoch at or below mid with a record (an epoch can
+		// hold only the seals and tombstones its successors put there).
+		var r *epochFirst
+		j := mid
+		for ; j >= lo; j-- {
+			var err error
+			if r, err = first(j); err != nil {
+				return anchor{}, false, err
+			}
+			if r.f != nil {
+				break
+			}
+		}
+		switch {
+		case j < lo:
+			lo = mid + 1
+		case r.f.Pos <= want:
+			best = j
+			lo = mid + 1
+		default:
+			hi = j
+		}
+	}
+	if best < 0 {
+		return anchor{}, false, nil
+	}
+	e, r := epochs[best], firsts[best]
+	key, t, f := r.key, r.txid, r.f
+	if f.NextPos() <= want {
+		// probe returns the record file at t when it is one with a
+		// position ≤ want; corrupt files are skipped downwards to lo.
+		probe := func(t, lo TxID) (string, TxID, *File, bool, error) {
+			for ; t > lo; t-- {
+				k := SlotKey(s.cell, e, t)
+				g, _, err := s.read(ctx, k)
+				if errcode.CodeOf(err) == errcode.CodeCorruptTx {
+					continue
+				}
+				if err != nil {
+					return "", 0, nil, false, err
+				}
+				if g == nil || g.Kind != KindRecords || g.Pos > want {
+					return "", t, nil, false, nil
+				}
+				return k, t, g, true, nil
+			}
+			return "", t, nil, false, nil
+		}
+		lo, hi := t, t+TxID(min(uint64(want-f.Pos), uint64(^TxID(0)-t-1)))+1
+		// hi is past the bound: try the bound first, then bisect.
+		for first := true; hi-lo > 1; first = false {
+			mid := lo + (hi-lo)/2
+			if first {
+				mid = hi - 1
+			}
+			k, at, g, ok, err := probe(mid, lo)
+			if err != nil {
+				return anchor{}, false, err
+			}
+			if ok {
+				key, t, f = k, at, g
+				lo = mid
+			} else {
+				hi = max(at, lo+1)
+			}
+		}
+	}
+	return anchor{at: cursor{epoch: e, txid: t + 1, pos: f.NextPos(), data: true}, key: key, file: f, sought: epochs}, true, nil
+}
+
+// seekFirst reads the first record file of epoch e, from a LIST of the
+// epoch's first keys. Record files come before the seals and tombstones
+// other claimers put in an epoch (those sit above its last record), so
+// the first file that is not a snapshot decides: a record, or none.
+func (s *store) seekFirst(ctx context.Context, e uint64) (*epochFirst, error) {
+	prefix := LogPrefix(s.cell)
+	in := bucket.ListInput{Prefix: EpochPrefix(s.cell, e), MaxKeys: seekFirstKeys}
+	for range seekFirstPages {
+		page, err := s.listPage(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page.Objects {
+			k, ok := parseLogName(strings.TrimPrefix(o.Key, prefix))
+			if !ok || k.snapshot || k.epoch != e {
+				continue
+			}
+			f, err := s.probe(ctx, o.Key)
+			if err != nil {
+				return nil, err
+			}
+			if f == nil || f.Kind != KindRecords {
+				return &epochFirst{}, nil
+			}
+			return &epochFirst{key: o.Key, txid: k.txid, f: f}, nil
+		}
+		if page.NextToken == "" {
+			break
+		}
+		in.Token = page.NextToken
+	}
+	return &epochFirst{}, nil
+}
+
+// snapshotFrom is the check a walk from a sought anchor makes where it
+// ends, at slot end of epoch: the walk knows no snapshot from before it (a
+// whole listing would have shown the newest), so it lists, in every epoch
+// ≥ epoch with files, the keys from txid end on. A snapshot there covers
+// slot end, so the slot held a record once and the end is a hole: GC ran
+// under the read (or the holder wrote and snapshotted past it meanwhile),
+// errGCRace, and the read starts again from a whole listing. Epochs below
+// are not listed: an owner snapshots only what it wrote or read, and an
+// epoch below the walk's was sealed before the chain reached slot end.
+func (s *store) snapshotFrom(ctx context.Context, epochs []uint64, epoch uint64, end TxID) error {
+	prefix := LogPrefix(s.cell)
+	for _, e := range epochs {
+		if e < epoch {
+			continue
+		}
+		in := bucket.ListInput{Prefix: EpochPrefix(s.cell, e), StartAfter: EpochPrefix(s.cell, e) + fmt.Sprintf("%016x", uint64(end))}
+		for {
+			page, err := s.listPage(ctx, in)
+			if err != nil {
+				return err
+			}
+			for _, o := range page.Objects {
+				if k, ok := parseLogName(strings.TrimPrefix(o.Key, prefix)); ok && k.snapshot && k.epoch == e && k.txid >= end {
+					return errGCRace
+				}
+			}
+			if page.NextToken == "" {
+				break
+			}
+			in.Token = page.NextToken
+		}
+	}
+	return nil
+}
