@@ -211,11 +211,15 @@ func (s *store) seek(ctx context.Context, want Pos, epochs []uint64) (anchor, bo
 			return "", t, nil, false, nil
 		}
 		lo, hi := t, t+TxID(min(uint64(want-f.Pos), uint64(^TxID(0)-t-1)))+1
-		// hi is past the bound: try the bound first, then bisect.
-		for first := true; hi-lo > 1; first = false {
+		// hi is just past the bound. Gallop down from it (the bound
+		// itself, then 2, 4, … below), since a file holds one record
+		// most often and a read at the log's end is the most common;
+		// bisect once a probe lands at or before want.
+		gallop, step := true, TxID(1)
+		for hi-lo > 1 {
 			mid := lo + (hi-lo)/2
-			if first {
-				mid = hi - 1
+			if gallop && hi-lo > step {
+				mid = hi - step
 			}
 			k, at, g, ok, err := probe(mid, lo)
 			if err != nil {
@@ -223,9 +227,9 @@ func (s *store) seek(ctx context.Context, want Pos, epochs []uint64) (anchor, bo
 			}
 			if ok {
 				key, t, f = k, at, g
-				lo = mid
+				lo, gallop = mid, false
 			} else {
-				hi = max(at, lo+1)
+				hi, step = max(at, lo+1), step*2
 			}
 		}
 	}
