@@ -12,13 +12,14 @@ import (
 // BenchmarkColdRead20k is a read by a process that does not hold the cell
 // (replication.Read: a daemon that is not its holder), of 100 records at
 // several depths of a log of 20,000 one-record files, written by one epoch
-// or by 50 (each closed by its successor's takeover): the requests one
+// or by 50 (each closed by its successor's takeover), and of a log of
+// 1,500 files by 50 epochs (listed whole: fewer LISTs than seeking): the requests one
 // read costs, LISTs above all (each LIST page holds 1,000 keys). "whole"
 // locates the start from a listing of the whole log, as every read did
 // before seek; "seek" is the read as it is.
 func BenchmarkColdRead20k(b *testing.B) {
-	const files = 20000
-	for _, epochs := range []int{1, 50} {
+	for _, c := range []struct{ files, epochs int }{{20000, 1}, {20000, 50}, {1500, 50}} {
+		files, epochs := c.files, c.epochs
 		m := fakes3.NewMem()
 		ctx := context.Background()
 		for e := range epochs {
@@ -34,8 +35,8 @@ func BenchmarkColdRead20k(b *testing.B) {
 			}
 		}
 		for _, mode := range []string{"whole", "seek"} {
-			for _, after := range []replication.Pos{0, files / 2, files - 100} {
-				b.Run(fmt.Sprintf("epochs=%d/%s/after=%d", epochs, mode, after), func(b *testing.B) {
+			for _, after := range []replication.Pos{0, replication.Pos(files / 2), replication.Pos(files - 100)} {
+				b.Run(fmt.Sprintf("files=%d/epochs=%d/%s/after=%d", files, epochs, mode, after), func(b *testing.B) {
 					if mode == "whole" {
 						defer replication.SetSeekPage(0)()
 					}

@@ -3,6 +3,8 @@ package replication
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -48,6 +50,25 @@ func (s *store) locateBounded(ctx context.Context, after Pos) (anchor, *announce
 	if err != nil {
 		return anchor{}, nil, err
 	}
+	// A log of many epochs with few files each takes fewer LISTs to list
+	// whole than to seek (about 2 + log₂ of its epochs): estimate its
+	// length from the first page and list it on, but only as many pages
+	// as seeking would cost; past them, seek.
+	if budget := 2 + bits.Len(uint(len(withFiles))); estimatePages(prefix, first, len(withFiles)) <= budget {
+		objects := first.Objects
+		in := bucket.ListInput{Prefix: prefix, Token: first.NextToken}
+		for range budget {
+			page, err := s.listPage(ctx, in)
+			if err != nil {
+				return anchor{}, nil, err
+			}
+			objects = append(objects, page.Objects...)
+			if page.NextToken == "" {
+				return s.locateIn(ctx, parseListing(prefix, objects), after)
+			}
+			in.Token = page.NextToken
+		}
+	}
 	a, ok, err := s.seek(ctx, after+1, withFiles)
 	if err != nil {
 		return anchor{}, nil, err
@@ -56,6 +77,38 @@ func (s *store) locateBounded(ctx context.Context, after Pos) (anchor, *announce
 		return s.locate(ctx, after)
 	}
 	return a, ann, nil
+}
+
+// estimatePages estimates how many more pages (of 1,000 keys, S3's) a
+// listing of the whole log takes after its first page, first: from the
+// number of epochs with files and the files per epoch in the first page.
+// The page begins at the log's first key, so every epoch in it is whole
+// but the last, which may go on in the next page. With a single epoch in
+// the page it cannot tell, and says the log is long.
+func estimatePages(prefix string, first bucket.ListPage, epochs int) int {
+	var counts []int
+	last := ""
+	for _, o := range first.Objects {
+		rest := strings.TrimPrefix(o.Key, prefix)
+		i := strings.IndexByte(rest, '/')
+		if !strings.HasPrefix(rest, "e") || i < 0 {
+			continue
+		}
+		if rest[:i] != last {
+			last = rest[:i]
+			counts = append(counts, 0)
+		}
+		counts[len(counts)-1]++
+	}
+	if len(counts) < 2 {
+		return math.MaxInt
+	}
+	whole := 0
+	for _, c := range counts[:len(counts)-1] {
+		whole += c
+	}
+	keys := float64(whole) / float64(len(counts)-1) * float64(epochs)
+	return int(math.Ceil((keys - float64(len(first.Objects))) / 1000))
 }
 
 // listPage lists one page, retrying its transient errors.
