@@ -323,3 +323,36 @@ func TestSeekReadRequests(t *testing.T) {
 		t.Logf("after %d: %v", c.after, used)
 	}
 }
+
+// TestSeekHolderReadsEarlierEpochs: the holder's index covers only its
+// own epoch; a read of an earlier epoch's positions seeks as well.
+func TestSeekHolderReadsEarlierEpochs(t *testing.T) {
+	ctx := context.Background()
+	m := fakes3.NewMem()
+	la := claim(t, m, "a", false)
+	logA := open(t, m, la)
+	g := newLedger()
+	appendN(t, g, logA, la, "a", 1200)
+	if err := logA.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := claim(t, m, "b", true)
+	logB := open(t, m, lb)
+	appendN(t, g, logB, lb, "b", 5)
+	for _, after := range []replication.Pos{0, 600, 1198} {
+		before := m.Counts()
+		recs, err := logB.Read(ctx, after, 4, false)
+		used := m.Counts().Sub(before)
+		if err != nil || len(recs) != 4 || recs[0].Pos != after+1 {
+			t.Fatalf("read after %d: %d records, %v", after, len(recs), err)
+		}
+		if used.List > 4 { // a page of the log, its epochs, two epochs' first keys
+			t.Errorf("read after %d: %v; want at most 4 LISTs", after, used)
+		}
+	}
+	all := g.check(t, m)
+	recs, err := logB.Read(ctx, 1198, 0, false)
+	if err != nil || !slices.Equal(data(recs), data(all[1198:])) {
+		t.Fatalf("read after 1198: %q %v", data(recs), err)
+	}
+}
