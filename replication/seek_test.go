@@ -325,21 +325,22 @@ func TestSeekReadRequests(t *testing.T) {
 }
 
 // TestSeekHolderReadsEarlierEpochs: the holder's index covers only its
-// own epoch; a read of an earlier epoch's positions seeks as well.
+// own epoch; a read of an earlier epoch's positions seeks as well (a
+// whole listing of these 5,000 files takes 5 LISTs).
 func TestSeekHolderReadsEarlierEpochs(t *testing.T) {
 	ctx := context.Background()
 	m := fakes3.NewMem()
 	la := claim(t, m, "a", false)
 	logA := open(t, m, la)
 	g := newLedger()
-	appendN(t, g, logA, la, "a", 1200)
+	appendN(t, g, logA, la, "a", 5000)
 	if err := logA.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lb := claim(t, m, "b", true)
 	logB := open(t, m, lb)
 	appendN(t, g, logB, lb, "b", 5)
-	for _, after := range []replication.Pos{0, 600, 1198} {
+	for _, after := range []replication.Pos{0, 2500, 4998} {
 		before := m.Counts()
 		recs, err := logB.Read(ctx, after, 4, false)
 		used := m.Counts().Sub(before)
@@ -351,8 +352,8 @@ func TestSeekHolderReadsEarlierEpochs(t *testing.T) {
 		}
 	}
 	all := g.check(t, m)
-	recs, err := logB.Read(ctx, 1198, 0, false)
-	if err != nil || !slices.Equal(data(recs), data(all[1198:])) {
-		t.Fatalf("read after 1198: %q %v", data(recs), err)
+	recs, err := logB.Read(ctx, 4998, 0, false)
+	if err != nil || !slices.Equal(data(recs), data(all[4998:])) {
+		t.Fatalf("read after 4998: %q %v", data(recs), err)
 	}
 }
