@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/fakes3/s3test"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -54,6 +55,37 @@ func BenchmarkColdRead20k(b *testing.B) {
 					b.ReportMetric(float64(c.Head)/n, "heads/op")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkColdRead20kHTTP is BenchmarkColdRead20k's one-epoch log through
+// the real S3 client and the HTTP fake on loopback: what a daemon that is
+// not the holder pays per read (request counts as in memory).
+func BenchmarkColdRead20kHTTP(b *testing.B) {
+	const files = 20000
+	bk := s3test.HTTPFake(b).Bucket
+	ctx := context.Background()
+	l := claim(b, bk, "a", false)
+	lg := open(b, bk, l)
+	for i := range files {
+		if _, err := lg.Append(ctx, l, fmt.Appendf(nil, "r%d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, mode := range []string{"whole", "seek"} {
+		for _, after := range []replication.Pos{0, files / 2, files - 100} {
+			b.Run(fmt.Sprintf("%s/after=%d", mode, after), func(b *testing.B) {
+				if mode == "whole" {
+					defer replication.SetSeekPage(0)()
+				}
+				for range b.N {
+					recs, err := replication.Read(ctx, bk, cell, after, 100)
+					if err != nil || len(recs) != 100 || recs[0].Pos != after+1 {
+						b.Fatalf("read after %d: %d records, %v", after, len(recs), err)
+					}
+				}
+			})
 		}
 	}
 }
