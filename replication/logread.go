@@ -25,6 +25,9 @@ func (l *Log) Read(ctx context.Context, after Pos, limit int, barrier bool) ([]R
 			return nil, err
 		}
 	}
+	if after == ^Pos(0) {
+		return nil, nil // no position follows (and after+1 would wrap to 0)
+	}
 	var err error
 	for attempt := 0; attempt < maxReadAttempts; attempt++ {
 		var a anchor

@@ -61,6 +61,9 @@ func Read(ctx context.Context, b bucket.Bucket, cell string, after Pos, limit in
 	if err := validCell(cell); err != nil {
 		return nil, err
 	}
+	if after == ^Pos(0) {
+		return nil, nil // no position follows (and after+1 would wrap to 0: the whole chain walked)
+	}
 	s := newStore(b, cell, opts)
 	var err error
 	for attempt := 0; attempt < maxReadAttempts; attempt++ {

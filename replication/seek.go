@@ -160,6 +160,7 @@ func (s *store) listEpochs(ctx context.Context, first bucket.ListPage) (ann *ann
 		}
 	}
 	slices.Sort(withFiles)
+	withFiles = slices.Compact(withFiles) // a store may repeat prefixes across pages
 	ann = &announced{}
 	for e := range epochs {
 		ann.epochs = append(ann.epochs, e)
@@ -265,13 +266,13 @@ func (s *store) seek(ctx context.Context, want Pos, epochs []uint64) (anchor, bo
 		}
 		lo, hi := t, t+TxID(min(uint64(want-f.Pos), uint64(^TxID(0)-t-1)))+1
 		// hi is just past the bound. Gallop down from it (the bound
-		// itself, then 2, 4, … below), since a file holds one record
+		// itself, then 2, 4, … 256 below), since a file holds one record
 		// most often and a read at the log's end is the most common;
 		// bisect once a probe lands at or before want.
 		gallop, step := true, TxID(1)
 		for hi-lo > 1 {
 			mid := lo + (hi-lo)/2
-			if gallop && hi-lo > step {
+			if gallop {
 				mid = hi - step
 			}
 			k, at, g, ok, err := probe(mid, lo)
@@ -282,7 +283,13 @@ func (s *store) seek(ctx context.Context, want Pos, epochs []uint64) (anchor, bo
 				key, t, f = k, at, g
 				lo, gallop = mid, false
 			} else {
-				hi, step = max(at, lo+1), step*2
+				hi = max(at, lo+1)
+				// Double while the next probe stays above lo (no
+				// overflow: step ≤ (hi − lo)/2), 8 times at most: a
+				// position far past the end is bisected for.
+				if gallop = gallop && step <= (hi-lo-1)/2 && step < 1<<8; gallop {
+					step *= 2
+				}
 			}
 		}
 	}

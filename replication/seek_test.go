@@ -287,7 +287,8 @@ func TestSeekReadAboveAFileWrittenAgainAfterGC(t *testing.T) {
 // one of the epoch's first keys, and at the log's end one of the keys
 // past it; the search costs a GET (one record per file: the bound is
 // exact), the walk one per record and its read-ahead. A read far past the
-// end gallops down from the bound: logarithmic in the distance.
+// end gallops down from the bound, then bisects: logarithmic in the
+// distance.
 func TestSeekReadRequests(t *testing.T) {
 	const files = 2500
 	ctx := context.Background()
@@ -309,7 +310,10 @@ func TestSeekReadRequests(t *testing.T) {
 		{files - 10, 10, 3, 25},
 		{files - 5, 5, 4, 10}, // reads to the end: the check past it
 		{files, 0, 4, 10},     // the tail of a follower: the bound, one below
-		{files * 4, 0, 4, 40}, // far past the end: the search bisects
+		{files * 4, 0, 4, 40}, // far past the end: the search gallops down, then bisects
+		{1 << 40, 0, 4, 60},
+		{1<<64 - 2, 0, 4, 80}, // the largest position a record could have
+		{1<<64 - 1, 0, 0, 0},  // no position follows: nothing read (it wrapped to 0: the whole chain walked)
 	} {
 		before := m.Counts()
 		recs, err := replication.Read(ctx, m, cell, c.after, 10)
