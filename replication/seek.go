@@ -240,7 +240,7 @@ func (s *store) seek(ctx context.Context, want Pos, epochs []uint64) (anchor, bo
 		}
 	}
 	if best < 0 {
-		return anchor{}, false, nil
+		return s.compacted(ctx, want, epochs, firsts)
 	}
 	e, r := epochs[best], firsts[best]
 	key, t, f := r.key, r.txid, r.f
@@ -294,6 +294,42 @@ func (s *store) seek(ctx context.Context, want Pos, epochs []uint64) (anchor, bo
 		}
 	}
 	return anchor{at: cursor{epoch: e, txid: t + 1, pos: f.NextPos(), data: true}, key: key, file: f, sought: epochs}, true, nil
+}
+
+// seekCompactedEpochs bounds the epochs compacted probes for a snapshot.
+const seekCompactedEpochs = 16
+
+// compacted is seek's answer when every record file it found is past
+// want: the positions before them were compacted (or the log has none).
+// GC deletes the record files up to a snapshot's txid S, so the first one
+// left is often at S+1: compacted looks for a snapshot at the txid below
+// the lowest record file found, in that file's epoch and the ones above
+// (each one GET), and if one covers want, starts from it, which the read
+// answers with ErrCompacted. Otherwise ok is false: the caller locates
+// from a whole listing.
+func (s *store) compacted(ctx context.Context, want Pos, epochs []uint64, firsts []*epochFirst) (anchor, bool, error) {
+	low := -1
+	for i, r := range firsts {
+		if r != nil && r.f != nil {
+			low = i
+			break
+		}
+	}
+	if low < 0 || firsts[low].txid <= 1 {
+		return anchor{}, false, nil
+	}
+	t := firsts[low].txid - 1
+	for _, e := range epochs[low:min(len(epochs), low+seekCompactedEpochs)] {
+		key := SnapshotKey(s.cell, e, t)
+		f, err := s.probe(ctx, key)
+		if err != nil {
+			return anchor{}, false, err
+		}
+		if f != nil && f.Kind == KindSnapshot && f.Pos > want {
+			return anchor{at: cursor{epoch: e, txid: t + 1, pos: f.Pos}, key: key, file: f, sought: epochs}, true, nil
+		}
+	}
+	return anchor{}, false, nil
 }
 
 // seekFirst reads the first record file of epoch e, from a LIST of the

@@ -361,3 +361,43 @@ func TestSeekHolderReadsEarlierEpochs(t *testing.T) {
 		t.Fatalf("read after 4998: %q %v", data(recs), err)
 	}
 }
+
+// TestSeekReadCompacted: a read of positions GC deleted from a long log
+// answers ErrCompacted from the snapshot just below the first file left,
+// without listing the log whole (6,000 files, 5,000 left after GC: a
+// whole listing takes 6 LISTs).
+func TestSeekReadCompacted(t *testing.T) {
+	ctx := context.Background()
+	m := fakes3.NewMem()
+	l := claim(t, m, "a", false)
+	lg := open(t, m, l)
+	for i := range 6000 {
+		if _, err := lg.Append(ctx, l, fmt.Appendf(nil, "r%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := lg.Snapshot(ctx, l, 1000, []byte("state@1000")); err != nil {
+		t.Fatal(err)
+	}
+	if err := lg.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replication.GC(ctx, m, cell, replication.GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, after := range []replication.Pos{0, 500, 999} {
+		before := m.Counts()
+		recs, err := replication.Read(ctx, m, cell, after, 10)
+		used := m.Counts().Sub(before)
+		if !errors.Is(err, replication.ErrCompacted) {
+			t.Fatalf("read after %d: %q, %v; want ErrCompacted", after, data(recs), err)
+		}
+		if used.List > 4 {
+			t.Errorf("read after %d: %v; want at most 4 LISTs", after, used)
+		}
+	}
+	recs, err := replication.Read(ctx, m, cell, 1000, 2)
+	if err != nil || !slices.Equal(data(recs), []string{"r1000", "r1001"}) {
+		t.Fatalf("read after 1000: %q %v", data(recs), err)
+	}
+}
