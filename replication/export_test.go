@@ -21,3 +21,13 @@ func SetSeekPage(n int) (restore func()) {
 	seekPage = n
 	return func() { seekPage = old }
 }
+
+// KeysInFlight is how many keyed appends l holds as queued or in flight.
+func KeysInFlight(l *Log) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.x == nil || l.x.ks == nil {
+		return 0
+	}
+	return len(l.x.ks.flight)
+}

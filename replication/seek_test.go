@@ -64,7 +64,7 @@ func randomLog(t *testing.T, rng *rand.Rand, m *fakes3.Mem) replication.Pos {
 			lg.Abandon()
 		}
 		if rng.IntN(3) == 0 {
-			if _, err := replication.GC(ctx, m, cell, replication.GCOptions{}); err != nil {
+			if _, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: rng.IntN(2) == 0}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -216,7 +216,7 @@ func TestSeekReadRacingGC(t *testing.T) {
 		for _, limit := range []int{3, 0} {
 			m := gcReady(t)
 			pre := readOutcome(m, after, limit)
-			if _, err := replication.GC(ctx, m, cell, replication.GCOptions{}); err != nil {
+			if _, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true}); err != nil {
 				t.Fatal(err)
 			}
 			post := readOutcome(m, after, limit)
@@ -226,7 +226,7 @@ func TestSeekReadRacingGC(t *testing.T) {
 			for at := 1; ; at++ {
 				m := gcReady(t)
 				h := &hooked{Bucket: m, at: at, fn: func() {
-					if _, err := replication.GC(ctx, m, cell, replication.GCOptions{}); err != nil {
+					if _, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true}); err != nil {
 						t.Error(err)
 					}
 				}}
@@ -263,7 +263,7 @@ func TestSeekReadAboveAFileWrittenAgainAfterGC(t *testing.T) {
 	if err := logA.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := replication.GC(ctx, m, cell, replication.GCOptions{}); err != nil {
+	if _, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Put(ctx, first, body, bucket.IfAbsent); err != nil {
@@ -382,7 +382,7 @@ func TestSeekReadCompacted(t *testing.T) {
 	if err := lg.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := replication.GC(ctx, m, cell, replication.GCOptions{}); err != nil {
+	if _, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, after := range []replication.Pos{0, 500, 999} {
