@@ -401,3 +401,33 @@ func TestSeekReadCompacted(t *testing.T) {
 		t.Fatalf("read after 1000: %q %v", data(recs), err)
 	}
 }
+
+// TestSeekTailReadRacingWrites: a follower's read at the end of the log,
+// with the holder appending and snapshotting past that end before each of
+// the read's requests in turn. The snapshot above the end the walk met
+// looks like GC's hole, so the read starts again from a whole listing;
+// the answer is the log before the writes or after them, never an error.
+func TestSeekTailReadRacingWrites(t *testing.T) {
+	defer replication.SetSeekPage(4)()
+	ctx := context.Background()
+	for at := 1; ; at++ {
+		m := fakes3.NewMem()
+		l := claim(t, m, "a", false)
+		lg := open(t, m, l)
+		g := newLedger()
+		appendN(t, g, lg, l, "a", 20)
+		h := &hooked{Bucket: m, at: at, fn: func() {
+			appendN(t, g, lg, l, "b", 2)
+			if _, err := lg.Snapshot(ctx, l, lg.Head().Next-1, []byte("state")); err != nil {
+				t.Error(err)
+			}
+		}}
+		recs, err := replication.Read(ctx, h, cell, 20, 0)
+		if err != nil || (len(recs) != 0 && !slices.Equal(data(recs), []string{"b0", "b1"})) {
+			t.Fatalf("writes before request %d: %q, %v", at, data(recs), err)
+		}
+		if h.n < at {
+			break
+		}
+	}
+}
