@@ -382,7 +382,12 @@ func (s *store) snapshotFrom(ctx context.Context, epochs []uint64, epoch uint64,
 			continue
 		}
 		in := bucket.ListInput{Prefix: EpochPrefix(s.cell, e), StartAfter: EpochPrefix(s.cell, e) + fmt.Sprintf("%016x", uint64(end))}
-		for {
+		for pages := 0; ; pages++ {
+			if pages == seekFirstPages {
+				// Thousands of files past the chain's end: not the log
+				// seek expects; let a whole listing decide.
+				return errGCRace
+			}
 			page, err := s.listPage(ctx, in)
 			if err != nil {
 				return err
