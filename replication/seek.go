@@ -31,9 +31,11 @@ const seekFirstPages = 4
 
 // locateBounded is locate for a read that must not list the whole log. It
 // lists one page of the log; if that is the whole log, it locates from it
-// as locate does. Otherwise it seeks the record file holding position
+// as locate does; a log of many short epochs it may list on, a bounded
+// number of pages. Otherwise it seeks the record file holding position
 // after+1 (see seek) and, when the position is below every record it
-// finds (compacted, or an empty log), falls back to locate.
+// finds and no snapshot sits just below the first (see compacted), or the
+// log has no record, falls back to locate.
 func (s *store) locateBounded(ctx context.Context, after Pos) (anchor, *announced, error) {
 	if seekPage <= 0 {
 		return s.locate(ctx, after)
