@@ -209,9 +209,15 @@ func (s *store) listLog(ctx context.Context) (listing, error) {
 	if err != nil {
 		return listing{}, err
 	}
+	return parseListing(prefix, page.Objects), nil
+}
+
+// parseListing makes a listing of the objects of a whole LIST of the log
+// prefix.
+func parseListing(prefix string, objects []bucket.Info) listing {
 	var l listing
 	epochs := map[uint64]bool{}
-	for _, o := range page.Objects {
+	for _, o := range objects {
 		rest, ok := strings.CutPrefix(o.Key, prefix)
 		if !ok {
 			continue
@@ -245,7 +251,7 @@ func (s *store) listLog(ctx context.Context) (listing, error) {
 	}
 	sort.Slice(l.files, func(i, j int) bool { return less(l.files[i], l.files[j]) })
 	sort.Slice(l.snaps, func(i, j int) bool { return less(l.snaps[i], l.snaps[j]) })
-	return l, nil
+	return l
 }
 
 // newestSnapshot is the listed snapshot with the highest (txid, epoch) in
@@ -293,6 +299,10 @@ type anchor struct {
 	// and create-only does not stop it, so the anchor can be back although
 	// the slot above it is gone.
 	covered TxID
+	// sought is set on an anchor seek found without a whole listing: the
+	// epochs with files, ascending. Such an anchor has no covered; the
+	// walk's end is checked by snapshotFrom instead.
+	sought []uint64
 }
 
 // errGCRace reports that the file a walk started from was deleted while it

@@ -14,6 +14,14 @@ func Announce(ctx context.Context, b bucket.Bucket, lease *owner.Lease) error {
 	return l.announce(ctx)
 }
 
+// SetSeekPage sets the size of the first page a read lists before it
+// seeks (0: never seek, list the whole log) and returns the restore.
+func SetSeekPage(n int) (restore func()) {
+	old := seekPage
+	seekPage = n
+	return func() { seekPage = old }
+}
+
 // KeysInFlight is how many keyed appends l holds as queued or in flight.
 func KeysInFlight(l *Log) int {
 	l.mu.Lock()

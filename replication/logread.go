@@ -25,13 +25,19 @@ func (l *Log) Read(ctx context.Context, after Pos, limit int, barrier bool) ([]R
 			return nil, err
 		}
 	}
+	if after == ^Pos(0) {
+		return nil, nil // no position follows (and after+1 would wrap to 0)
+	}
 	var err error
 	for attempt := 0; attempt < maxReadAttempts; attempt++ {
 		var a anchor
 		var ann *announced // from an index anchor: listed at the first seal
 		var ok bool
 		if a, ok, err = l.indexAnchor(ctx, after); err == nil {
-			if !ok {
+			switch {
+			case !ok && attempt == 0:
+				a, ann, err = l.s.locateBounded(ctx, after) // positions of earlier epochs
+			case !ok:
 				a, ann, err = l.s.locate(ctx, after)
 			}
 			if err == nil {

@@ -48,8 +48,12 @@ func validCell(cell string) error { return owner.ValidateName("cell", cell) }
 // order (limit ≤ 0: every record to the end of the chain). Any process may
 // call it; it needs no lease.
 //
-// A LIST of the log only picks where to start (the record file holding
-// position after+1, found by a binary search over the listed files); from
+// Where to start (the record file holding position after+1) is only
+// picked from the bucket's listing: a log of up to 1,000 keys from one LIST
+// of it, a longer one by seeking (see seek: a few LISTs of a few keys and
+// about log₂ of the log's length in GETs, whatever its length and the
+// depth read), so a read costs about as much at depth 0 of a long log as
+// at its end; a read that raced with GC lists the whole log instead. From
 // there the chain is read slot by slot with the restore rule, so records
 // the listing missed are still returned, and the chain ends at the first
 // missing slot. Positions that GC deleted give an error wrapping
@@ -58,12 +62,22 @@ func Read(ctx context.Context, b bucket.Bucket, cell string, after Pos, limit in
 	if err := validCell(cell); err != nil {
 		return nil, err
 	}
+	if after == ^Pos(0) {
+		return nil, nil // no position follows (and after+1 would wrap to 0: the whole chain walked)
+	}
 	s := newStore(b, cell, opts)
 	var err error
 	for attempt := 0; attempt < maxReadAttempts; attempt++ {
 		var a anchor
 		var ann *announced
-		if a, ann, err = s.locate(ctx, after); err == nil {
+		// The first attempt is bounded; one that raced with GC (or with
+		// anything else seek cannot tell from it) locates from a whole
+		// listing, as every read did before seek.
+		locate := s.locate
+		if attempt == 0 {
+			locate = s.locateBounded
+		}
+		if a, ann, err = locate(ctx, after); err == nil {
 			var recs []Record
 			recs, _, err = s.readFrom(ctx, a, ann, after, limit)
 			if err == nil {
@@ -113,6 +127,11 @@ func (s *store) readFrom(ctx context.Context, a anchor, ann *announced, after Po
 		if err := s.stillValid(ctx, a, c.txid); err != nil {
 			return nil, Head{}, err
 		}
+		if a.sought != nil {
+			if err := s.snapshotFrom(ctx, a.sought, c.epoch, c.txid); err != nil {
+				return nil, Head{}, err
+			}
+		}
 	}
 	return out, Head{Next: c.txid, NextPos: c.pos}, nil
 }
@@ -122,11 +141,17 @@ func (s *store) readFrom(ctx context.Context, a anchor, ann *announced, after Po
 // else the newest snapshot, else the origin. It returns the listing's
 // announced epochs too, for the walk that follows.
 func (s *store) locate(ctx context.Context, after Pos) (anchor, *announced, error) {
-	want := after + 1
 	l, err := s.listLog(ctx)
 	if err != nil {
 		return anchor{}, nil, err
 	}
+	return s.locateIn(ctx, l, after)
+}
+
+// locateIn is locate in the whole listing l.
+func (s *store) locateIn(ctx context.Context, l listing, after Pos) (anchor, *announced, error) {
+	want := after + 1
+	var err error
 	tops := l.tops(^uint64(0))
 	var best *File
 	var bestKey listed
