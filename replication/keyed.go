@@ -266,8 +266,26 @@ type RebuildStats struct {
 
 // rebuildAttempt is one run of the rebuild; err is set before done closes.
 type rebuildAttempt struct {
-	done chan struct{}
-	err  error
+	ctx    context.Context
+	cancel context.CancelFunc // cuts it short: the log is ending (stopRebuildLocked)
+	done   chan struct{}
+	err    error
+}
+
+// stopRebuildLocked cuts short the key-window rebuild under way, if any,
+// and returns the channel closed when it has ended (nil if none runs);
+// l.mu must be held. A log that is closing or abandoned writes nothing
+// more, so it needs no keys, and the rebuild runs on a context of its own:
+// without this it would outlive the log by up to rebuildTimeout, reading
+// the bucket for a cell this node no longer serves. The keyed appends
+// waiting for it are refused unwritten.
+func (l *Log) stopRebuildLocked() chan struct{} {
+	if l.x == nil || l.x.ks == nil || l.x.ks.attempt == nil {
+		return nil
+	}
+	a := l.x.ks.attempt
+	a.cancel()
+	return a.done
 }
 
 // rebuildTimeout bounds one rebuild. It runs on its own context, not its
@@ -290,7 +308,16 @@ func (l *Log) rebuildKeys(ctx context.Context) error {
 	}
 	a := ks.attempt
 	if a == nil {
-		a = &rebuildAttempt{done: make(chan struct{})}
+		if l.state != stateOpen { // ending: no rebuild may start to outlive it
+			var err error = errcode.Errorf(errcode.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+			if l.err != nil {
+				err = l.notSent(l.err)
+			}
+			l.mu.Unlock()
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), rebuildTimeout)
+		a = &rebuildAttempt{ctx: ctx, cancel: cancel, done: make(chan struct{})}
 		ks.attempt = a
 		go l.runRebuild(ks, a)
 	}
@@ -309,11 +336,10 @@ func (l *Log) rebuildKeys(ctx context.Context) error {
 // runRebuild is one rebuild attempt; a failed one lets the next keyed
 // append start another.
 func (l *Log) runRebuild(ks *keyState, a *rebuildAttempt) {
-	ctx, cancel := context.WithTimeout(context.Background(), rebuildTimeout)
-	defer cancel()
+	defer a.cancel()
 	var err error
 	if !brokenForgetKeys {
-		_, err = l.readKeys(ctx)
+		_, err = l.readKeys(a.ctx)
 	}
 	l.mu.Lock()
 	a.err = err

@@ -404,3 +404,61 @@ func TestKeyRebuildOutlivesItsCaller(t *testing.T) {
 
 // mayHaveLanded reports whether err says the append may have been written.
 func mayHaveLanded(err error) bool { return errcode.CodeOf(err) == errcode.CodeAmbiguous }
+
+// A key-window rebuild under way when its log ends (Close or Abandon) ends
+// with it: the keyed append waiting for it is refused unwritten, and no
+// goroutine of the rebuild outlives the log (synctest fails the test on
+// one left blocked when the bubble ends).
+func TestKeyRebuildEndsWithItsLog(t *testing.T) {
+	for _, end := range []string{"close", "abandon"} {
+		t.Run(end, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := fakes3.NewMem()
+				ctx := context.Background()
+				la := claim(t, m, "a", false)
+				a, err := replication.Open(ctx, m, la)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range 20 {
+					if _, err := a.AppendWith(ctx, la, []byte("v"), replication.AppendOptions{Key: fmt.Sprint(i)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				a.Abandon()
+				lb := claim(t, m, "b", true)
+				b := open(t, m, lb)
+				// The predecessor's record files answer never (until the
+				// request's context ends): the rebuild cannot finish.
+				m.Inject(fakes3.Rule{Op: fakes3.OpGet, KeyPrefix: replication.LogPrefix(cell), Fault: fakes3.Drop})
+				errc := make(chan error, 1)
+				go func() {
+					_, err := b.AppendWith(ctx, lb, []byte("v"), replication.AppendOptions{Key: "0"})
+					errc <- err
+				}()
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if end == "close" {
+					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					defer cancel()
+					_ = b.Close(cctx) // the seal may fail: the GETs are dropped
+				} else {
+					b.Abandon()
+				}
+				ended := time.Now()
+				err = <-errc
+				if err == nil || mayHaveLanded(err) {
+					t.Fatalf("the append waiting for the rebuild: %v, want refused unwritten", err)
+				}
+				if d := time.Since(ended); d > time.Second {
+					t.Fatalf("the append waiting for the rebuild was answered %v after the log ended (%v): the rebuild outlived its log", d, err)
+				}
+				gets := m.Counts().Get
+				time.Sleep(time.Minute)
+				if n := m.Counts().Get - gets; n != 0 {
+					t.Fatalf("%d GETs a minute after the log ended: the rebuild outlived its log", n)
+				}
+			})
+		})
+	}
+}

@@ -145,7 +145,14 @@ func (l *Log) Close(ctx context.Context) error {
 	}
 	l.closerLocked().done = make(chan struct{})
 	l.kickLocked()
+	rebuild := l.stopRebuildLocked()
 	l.mu.Unlock()
+	if rebuild != nil {
+		select {
+		case <-rebuild:
+		case <-ctx.Done(): // it ends on its own soon: its context is cancelled
+		}
+	}
 	err := l.close(ctx)
 	l.mu.Lock()
 	l.closerLocked().err, l.closerLocked().stop = err, nil
@@ -205,6 +212,7 @@ func (l *Log) Abandon() {
 		settle = true
 	}
 	cancel, stopped := l.writerLocked()
+	rebuild := l.stopRebuildLocked()
 	l.mu.Unlock()
 	if stopClose != nil {
 		stopClose()
@@ -212,6 +220,9 @@ func (l *Log) Abandon() {
 	if cancel != nil {
 		cancel()
 		<-stopped
+	}
+	if rebuild != nil {
+		<-rebuild // its context is cancelled: it ends at its next request
 	}
 	if settle {
 		forget(l)
