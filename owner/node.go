@@ -279,7 +279,14 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 				// here: the takeover below is If-Match on the very version
 				// read, so a renewal that landed after the GET was served
 				// makes it fail with 412.
-				if left := p.TTL + p.Margin - now.Sub(watchedSince); left >= 0 {
+				//
+				// The wait is the longer of this process's TTL and the
+				// one the lease advertises (as Alive judges): the holder
+				// fences itself by its own TTL, so a process started with a
+				// shorter one (`deed claim --hold --ttl 1s`) must not take
+				// over a live daemon's lease of a longer TTL between two of
+				// its renewals.
+				if left := max(p.TTL, rec.TTL()) + p.Margin - now.Sub(watchedSince); left >= 0 {
 					if now.Equal(watchedSince) {
 						n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
 					}
