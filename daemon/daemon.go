@@ -190,6 +190,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 func (d *Daemon) newNode() (*owner.Node, error) {
 	return owner.NewNode(d.b, owner.Config{
 		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log, Weight: d.cfg.Weight,
+		LeaseKey: owner.LeaseKey(d.cfg.FleetSecret),
 		// No record watch: it would cost one GET per held cell every
 		// TTL/3; the daemon's cells learn of a takeover on their next
 		// write, where the epoch fence refuses it (DEED-E021).

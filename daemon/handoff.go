@@ -311,6 +311,9 @@ func (d *Daemon) handOff(ctx context.Context, cell string, to member, pinned boo
 // claim.
 func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned bool, hint owner.Hint) (client.Claim, error) {
 	var got client.Claim
+	if m, ok := d.trustedPeer(to.Name); !ok || m.Addr != to.Addr {
+		return got, errcode.Errorf(errcode.CodeUnavailable, "handoff push to %s: node %s at %s is not a verified member of this fleet now; nothing sent", to.Addr, to.Name, to.Addr)
+	}
 	// Bounded by a TTL: a push that takes longer is better given up, as
 	// the cell is free anyway and its next request claims it.
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.TTL)

@@ -68,8 +68,19 @@ func (f *testFleet) open(t *testing.T, b bucket.Bucket, name string, ttl time.Du
 	}
 	f.mu.Lock()
 	f.ds[name], f.hs[name] = d, d.Handler()
+	ds := make([]*Daemon, 0, len(f.ds))
+	for _, o := range f.ds {
+		ds = append(ds, o)
+	}
 	f.mu.Unlock()
 	t.Cleanup(func() { closeQuietly(d) })
+	// Every node sees the new one now (it is a verified member, which a
+	// push or a forward needs), not at its next LIST, TTL/3 from now.
+	for _, o := range ds {
+		if n, err := o.currentNode(); err == nil {
+			_ = n.Observer().Refresh(t.Context())
+		}
+	}
 	return d
 }
 

@@ -200,6 +200,12 @@ func (d *Daemon) reroute(w http.ResponseWriter, r *http.Request, body []byte, er
 	if !ok {
 		return false
 	}
+	// The holder's address as its verified lease advertises it: one
+	// that is not a verified member is never sent the request (the
+	// refusal is the answer, naming it).
+	if holder, ok = d.trustedPeer(holder.Name); !ok && d.cfg.FleetSecret != "" {
+		return false
+	}
 	in := d.routeInput(r, r.PathValue("cell"))
 	in.Holder = holder
 	v := decideRoute(in)
@@ -376,6 +382,13 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 			}
 		},
 	})
+	if m, ok := d.trustedPeer(to.Name); !ok || m.Addr != to.Addr {
+		// Only ever to a verified member at the address its lease
+		// advertises; routing chose from those, so this is a view that
+		// changed under it.
+		d.forwardFailed(w, r, to, write, false, errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr))
+		return
+	}
 	req, err := d.newPeerRequest(ctx, to.Addr, r.Method, path, rd)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, false, err)

@@ -230,14 +230,20 @@ func TestPeerAuthentication(t *testing.T) {
 		t.Fatalf("lone forwarded %s requests", v)
 	}
 
-	// A peer with another secret refuses the forward: the client is told
-	// the fleet's secrets disagree (DEED-E013, not applied), not that its
-	// own token was wrong.
+	// A node with another secret is no member: its lease does not verify,
+	// so a never forwards to it; the client gets the refusal (DEED-E020,
+	// naming the holder), not applied.
 	c := startFleetNode(t, m.Client("c"), "c", "another-secret-0123456789", "", APIConfig{})
 	hold(t, c, "d", "x")
+	if err := a.d.node.Observer().Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	got = send(t, "POST", a.srv.URL+"/v1/cells/d/append", "y", "Authorization", "Bearer client-token")
-	if got.status != 503 || got.code() != string(errcode.CodePeer) || got.body["applied"] != "no" {
+	if got.status != 409 || got.code() != string(errcode.CodeHeld) || got.body["applied"] != "no" || got.hdr.Get(HeaderNode) != "a" {
 		t.Fatalf("append through a to c: %+v", got)
+	}
+	if v := metricValue(t, a.d, `deed_forwarded_total{result="refused"}`); v != "0" {
+		t.Fatalf("a sent %s requests to a node of another secret", v)
 	}
 }
 

@@ -16,13 +16,16 @@ import (
 // Status is what this node knows of the fleet at one moment: the status
 // page (GET /) renders it and GET /v1/status answers it as JSON.
 type Status struct {
-	Node        string    `json:"node"`
-	Incarnation string    `json:"incarnation,omitempty"` // "" while fenced
-	Advertise   string    `json:"advertise,omitempty"`
-	Version     string    `json:"version,omitempty"`
-	Ready       bool      `json:"ready"`    // the node lease is held
-	Draining    bool      `json:"draining"` // advertised as draining in its lease
-	Now         time.Time `json:"now"`
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation,omitempty"` // "" while fenced
+	Advertise   string `json:"advertise,omitempty"`
+	Version     string `json:"version,omitempty"`
+	Ready       bool   `json:"ready"`    // the node lease is held
+	Draining    bool   `json:"draining"` // advertised as draining in its lease
+	// Fleet says this node has a fleet secret: then only the nodes whose
+	// lease verifies (Nodes[].verified) are members.
+	Fleet bool      `json:"fleet"`
+	Now   time.Time `json:"now"`
 	// Nodes are this node's view of every node lease in the bucket (one
 	// LIST per TTL/3): alive or not, address, weight, and the cells each
 	// held at its last renewal. Empty while fenced.
@@ -57,6 +60,7 @@ const maxStatusCells = 500
 // listed as busy.
 func (d *Daemon) status() Status {
 	s := Status{Node: d.cfg.Node, Advertise: d.cfg.Advertise, Version: d.cfg.Version, Now: time.Now(), Ready: d.ready(),
+		Fleet: d.cfg.FleetSecret != "",
 		Nodes: []owner.NodeView{}, Cells: []StatusCell{}}
 	d.mu.Lock()
 	n := d.node
@@ -243,8 +247,8 @@ code{font-size:.95em}
 <tbody>
 {{range .Nodes}}<tr id="node-{{.Node}}"{{if eq .Node $.Node}} class="self"{{end}}>
 <td><code>{{.Node}}</code></td>
-<td>{{with webURL .Addr}}<a href="{{.}}">{{.}}</a>{{else}}{{.Addr}}{{end}}</td>
-<td class="{{if .Alive}}ok{{else}}bad{{end}}">{{state .}}{{with .Corrupt}}: {{.}}{{end}}</td>
+<td>{{if and (webURL .Addr) (or .Verified (not $.Fleet))}}<a href="{{webURL .Addr}}">{{webURL .Addr}}</a>{{else}}{{.Addr}}{{end}}</td>
+<td class="{{if and .Alive (or .Verified (not $.Fleet))}}ok{{else}}bad{{end}}">{{state .}}{{if and $.Fleet (not .Verified)}}, unverified: not a member (its lease is not signed with this fleet's secret){{end}}{{with .Corrupt}}: {{.}}{{end}}</td>
 <td class="n">{{weight .Weight}}</td>
 <td class="n">{{.Cells}}</td>
 </tr>

@@ -173,6 +173,10 @@ type Observation struct {
 	Weight   float64
 	Draining bool
 	Cells    int
+	// Verified says the lease's MAC is right under the observer's lease
+	// key (Observer.VerifyWith): its node holds the fleet secret. Only a
+	// verified node is a member; liveness never looks at it.
+	Verified bool
 	// after is the send time of the last read that showed the version
 	// before this one (zero when unknown): this version was written after
 	// it. It only schedules reads (Observer.watchPlan), never judges.

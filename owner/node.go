@@ -48,6 +48,10 @@ type Config struct {
 	// (0 means 1; at most MaxWeight). Placement is the daemon's; the
 	// owner package only carries it.
 	Weight float64
+	// LeaseKey (LeaseKey of the fleet secret; nil without one) signs this
+	// node's lease and verifies its peers': only a peer whose lease
+	// verifies is a member (Observation.Verified).
+	LeaseKey []byte
 	// Hooks lets tests and metrics observe lifecycle events. Optional.
 	Hooks Hooks
 	// WallClock stamps at_ms in the ownership records and node leases this
@@ -143,7 +147,7 @@ func NewNode(b bucket.Bucket, cfg Config) (*Node, error) {
 		cfg:         cfg,
 		log:         cfg.Logger.With("node", cfg.Name),
 		incarnation: newNonce(),
-		obs:         NewObserver(b, cfg.params()),
+		obs:         NewObserver(b, cfg.params()).VerifyWith(cfg.LeaseKey),
 		held:        map[string]*Lease{},
 		fenced:      make(chan struct{}),
 	}, nil
@@ -341,7 +345,7 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 func (n *Node) nodeRecord(released bool) NodeRecord {
 	return NodeRecord{Node: n.cfg.Name, Incarnation: n.incarnation, Addr: n.cfg.Addr,
 		TTLMS: n.cfg.TTL.Milliseconds(), Seq: n.seq, AtMS: n.cfg.WallClock().UnixMilli(), Released: released,
-		Weight: n.cfg.Weight, Draining: n.draining, Cells: len(n.held)}
+		Weight: n.cfg.Weight, Draining: n.draining, Cells: len(n.held)}.sign(n.cfg.LeaseKey)
 }
 
 // SetDraining marks the node as draining (or not) in its lease from the next
@@ -476,7 +480,7 @@ func (n *Node) observeSelf() {
 	n.mu.Unlock()
 	n.obs.record(Observation{Node: n.cfg.Name, Exists: true, ETag: etag, Addr: n.cfg.Addr,
 		Incarnation: n.incarnation, TTL: n.cfg.TTL, Weight: NodeRecord{Weight: n.cfg.Weight}.EffectiveWeight(),
-		Draining: draining, Cells: cells}, time.Now(), time.Now())
+		Draining: draining, Cells: cells, Verified: n.cfg.LeaseKey != nil}, time.Now(), time.Now())
 }
 
 // nextLeaseVersion bumps the sequence number and returns the next node-lease

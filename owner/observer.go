@@ -17,8 +17,9 @@ import (
 // ETag changed, to learn its address and released flag), so a daemon's
 // steady-state cost grows with nodes, never with cells.
 type Observer struct {
-	b bucket.Bucket
-	p Params
+	b   bucket.Bucket
+	p   Params
+	key []byte // LeaseKey that verifies leases; nil: none is verified
 
 	mu        sync.Mutex
 	obs       map[string]Observation
@@ -35,6 +36,17 @@ type Observer struct {
 func NewObserver(b bucket.Bucket, p Params) *Observer {
 	return &Observer{b: b, p: p, obs: map[string]Observation{}}
 }
+
+// VerifyWith sets the key (LeaseKey of the fleet secret) that leases are
+// verified with, before the observer is used, and returns o. Without one
+// no lease is Verified.
+func (o *Observer) VerifyWith(key []byte) *Observer {
+	o.key = key
+	return o
+}
+
+// Verifying reports whether the observer verifies leases.
+func (o *Observer) Verifying() bool { return o.key != nil }
 
 // Refresh lists every node lease and updates the observations.
 func (o *Observer) Refresh(ctx context.Context) error {
@@ -127,6 +139,7 @@ func (o *Observer) fetch(ctx context.Context, node string) error {
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
 		ob.TTL = rec.TTL()
 		ob.Weight, ob.Draining, ob.Cells = rec.EffectiveWeight(), rec.Draining, rec.Cells
+		ob.Verified = rec.verified(o.key)
 		if brokenWallClockDeath {
 			noteAtMS(ob, rec.AtMS)
 		}
@@ -319,6 +332,10 @@ type NodeView struct {
 	Weight   float64 `json:"weight,omitempty"`
 	Draining bool    `json:"draining,omitempty"`
 	Cells    int     `json:"cells"`
+	// Verified says the lease's MAC is right under the fleet's lease key:
+	// only a verified node is a member (is sent requests and cells).
+	// Always false for an observer without a key.
+	Verified bool `json:"verified"`
 }
 
 // View judges every observed node at now.
@@ -337,7 +354,18 @@ func (o *Observer) View() []NodeView {
 func (o *Observer) view(ob Observation, now time.Time) NodeView {
 	return NodeView{Node: ob.Node, Addr: ob.Addr, Alive: Alive(ob, now, o.p), Released: ob.Released,
 		Exists: ob.Exists, Unchanged: now.Sub(ob.FirstSeen), Corrupt: ob.Corrupt,
-		Weight: ob.Weight, Draining: ob.Draining, Cells: ob.Cells}
+		Weight: ob.Weight, Draining: ob.Draining, Cells: ob.Cells, Verified: ob.Verified}
+}
+
+// Lookup judges one node at now, as View would, without copying the rest.
+func (o *Observer) Lookup(node string) (NodeView, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob, ok := o.obs[node]
+	if !ok {
+		return NodeView{}, false
+	}
+	return o.view(ob, time.Now()), true
 }
 
 // Alive judges one node from this observer's history (false if never seen).
