@@ -68,6 +68,8 @@ type Daemon struct {
 	b   bucket.Bucket
 	log *slog.Logger
 	m   *metrics
+	// peers checks peer proofs (nil key without a fleet secret).
+	peers *peerVerifier
 	// logOpts opens every cell's log: built once, so the logs share it.
 	logOpts replication.Option
 
@@ -166,7 +168,8 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	// One log line per store outage, not one per failed request.
 	health := &storeHealth{log: log}
 	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
-	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
+	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1),
+		peers: newPeerVerifier(cfg.FleetSecret, cfg.Node)}
 	d.b = instrumented{b: b, m: m, h: health}
 	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit))
 	n, err := d.newNode()

@@ -322,20 +322,25 @@ func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned
 	if pinned {
 		path += "?pin=true"
 	}
-	req, err := d.newPeerRequest(ctx, to.Addr, http.MethodPost, path, nil)
+	pr, err := d.newPeerRequest(ctx, to.Name, to.Addr, http.MethodPost, path, nil)
 	if err != nil {
 		return got, err
 	}
 	if hint.ReleasedETag != "" {
-		req.Header.Set(headerHandoffETag, hint.ReleasedETag)
-		req.Header.Set(headerHandoffEpoch, strconv.FormatUint(hint.Epoch, 10))
+		pr.req.Header.Set(headerHandoffETag, hint.ReleasedETag)
+		pr.req.Header.Set(headerHandoffEpoch, strconv.FormatUint(hint.Epoch, 10))
 	}
-	resp, err := d.peerClient().Do(req)
+	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
 		return got, errcode.Errorf(errcode.CodeUnavailable, "handoff push to %s: %v", to.Addr, err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if !answerVerified(d.peers.key, nonce, resp, raw) {
+		// Not the member's word: whether it claimed the cell is unknown,
+		// and the cell, released here, is claimed by its next request.
+		return got, fmt.Errorf("%s answered %s without a valid peer proof: not believed", to.Name, resp.Status)
+	}
 	if resp.StatusCode/100 != 2 {
 		var e client.ErrorBody
 		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
@@ -353,7 +358,7 @@ func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned
 // released cell for this node: claim it now (with the peer's released
 // ETag, one PUT), pinned when ?pin=true. Peers only (the fleet secret).
 func (d *Daemon) takeHandoff(w http.ResponseWriter, r *http.Request) {
-	// guard has checked the fleet secret (peerAuth) and marked the
+	// guard has checked the peer proof and marked the
 	// request as a peer's; anything else is a client's, which may not push.
 	peer, ok := peerOf(r.Context())
 	if !ok {

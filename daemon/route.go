@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -55,31 +53,10 @@ type peerCall struct {
 	hops int    // forwards so far, ≥ 1
 }
 
-// peerOf is the peer that forwarded r, if r carried the fleet secret.
+// peerOf is the peer that forwarded r, if r carried a good peer proof.
 func peerOf(ctx context.Context) (peerCall, bool) {
 	p, ok := ctx.Value(peerKey{}).(peerCall)
 	return p, ok
-}
-
-// peerAuth checks the fleet secret of a request that carries one: the
-// right one makes it a peer's (marked in its context, with its hop count
-// and sender), which needs no bearer token, as the node that forwarded it
-// checked the client's. A wrong one, or any on a node without a secret,
-// is DEED-E041. A request without the header is returned as it is.
-func peerAuth(secret string, r *http.Request) (*http.Request, bool, error) {
-	got := r.Header.Get(headerPeerToken)
-	if got == "" {
-		return r, false, nil
-	}
-	if secret == "" || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
-		return r, false, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: wrong fleet secret in %s (or this node has none)", headerPeerToken)
-	}
-	hops, err := strconv.Atoi(r.Header.Get(headerHops))
-	if err != nil || hops < 1 {
-		hops = 1
-	}
-	p := peerCall{from: r.Header.Get(headerFrom), hops: hops}
-	return r.WithContext(context.WithValue(r.Context(), peerKey{}, p)), true, nil
 }
 
 // routeAction is what a node does with a request for a cell.
@@ -370,10 +347,6 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	if r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
 	}
-	var rd io.Reader
-	if len(body) > 0 {
-		rd = bytes.NewReader(body)
-	}
 	var sent atomic.Bool
 	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
 		WroteRequest: func(i httptrace.WroteRequestInfo) {
@@ -389,16 +362,16 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		d.forwardFailed(w, r, to, write, false, errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr))
 		return
 	}
-	req, err := d.newPeerRequest(ctx, to.Addr, r.Method, path, rd)
+	pr, err := d.newPeerRequest(ctx, to.Name, to.Addr, r.Method, path, body)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, false, err)
 		return
 	}
-	req.Header.Set(headerHops, strconv.Itoa(hops))
+	pr.req.Header.Set(headerHops, strconv.Itoa(hops))
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		req.Header.Set("Content-Type", ct)
+		pr.req.Header.Set("Content-Type", ct)
 	}
-	resp, err := d.peerClient().Do(req)
+	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, sent.Load(), err)
 		return
@@ -409,11 +382,21 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		d.forwardFailed(w, r, to, write, true, err)
 		return
 	}
+	if !answerVerified(d.peers.key, nonce, resp, raw) {
+		// Not proved by a holder of the fleet secret: not relayed, and
+		// what happened there is not known. A peer's guard refusing the
+		// proof (401) cannot sign either, so it lands here too: for an
+		// append that is "unknown" rather than a "no" this node cannot
+		// vouch for.
+		d.m.forwards.WithLabelValues("unverified").Inc()
+		d.forwardFailed(w, r, to, write, true, errcode.Errorf(errcode.CodePeer, "its answer (%s) carries no valid peer proof: not believed", resp.Status))
+		return
+	}
 	if resp.StatusCode == http.StatusUnauthorized {
-		// Only the peer's guard answers 401, before any handler: nothing
-		// ran there. The client's credentials were fine; the fleet's are not.
+		// A member's proved 401: its guard refused the proof before any
+		// handler ran (clock skew beyond the window, or a replay).
 		d.m.forwards.WithLabelValues("refused").Inc()
-		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401: its fleet secret differs, or it has none yet); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
+		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
 		return
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()
