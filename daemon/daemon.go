@@ -412,6 +412,9 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		oldLog.Abandon()
 	}
 	c.lease, c.log, c.releasing = l, lg, false
+	d.ho.mu.Lock()
+	d.ho.noteFreshLocked(c.name) // the rebalancer looks at it once
+	d.ho.mu.Unlock()
 	d.m.cellsHeld.Set(float64(d.countHeld()))
 	d.nudgeIdleSweep()
 	// Every lease ends, at the latest when the node closes or fences, so
