@@ -213,7 +213,8 @@ func (n *Node) Lease(cell string) (*Lease, bool) {
 
 // Open creates the node lease and starts renewing it and observing peers.
 // If the lease exists, is not released and belongs to another incarnation,
-// Open watches it for TTL+margin: if it changes, a live process already runs
+// Open watches it for the longer of its own TTL and the one the lease
+// advertises, plus the margin: if it changes, a live process already runs
 // as this node and Open fails with DEED-E020; if it stays unchanged, that
 // process is dead and Open takes the lease over.
 func (n *Node) Open(ctx context.Context) error {
