@@ -89,3 +89,36 @@ func TestLeaseVerification(t *testing.T) {
 		}
 	}
 }
+
+// A lease's size modulo 256 is the hash of its advertised fields: equal
+// across renewals (seq, at_ms, cells change), different when one of them
+// changes (but for 1 in 256).
+func TestLeaseSizeClass(t *testing.T) {
+	key := owner.LeaseKey("the fleet secret, 16+ bytes")
+	base := owner.NodeRecord{Node: "a", Incarnation: "0123", Addr: "http://a", TTLMS: 10000, Seq: 1, AtMS: 1}
+	size := func(r owner.NodeRecord) int { return owner.LeaseSizeForTest(r, key) % 256 }
+	want := size(base)
+	for _, r := range []owner.NodeRecord{
+		{Node: "a", Incarnation: "0123", Addr: "http://a", TTLMS: 10000, Seq: 1234567890, AtMS: 1796188243102, Cells: 100000},
+		{Node: "a", Incarnation: "0123", Addr: "http://a", TTLMS: 10000, Seq: 9, AtMS: 17, Cells: 7},
+	} {
+		if got := size(r); got != want {
+			t.Errorf("renewal %+v: size class %d, want %d", r, got, want)
+		}
+	}
+	changed := 0
+	for _, r := range []owner.NodeRecord{
+		{Node: "a", Incarnation: "0124", Addr: "http://a", TTLMS: 10000, Seq: 1, AtMS: 1},
+		{Node: "a", Incarnation: "0123", Addr: "http://b", TTLMS: 10000, Seq: 1, AtMS: 1},
+		{Node: "a", Incarnation: "0123", Addr: "http://a", TTLMS: 10000, Seq: 1, AtMS: 1, Draining: true},
+		{Node: "a", Incarnation: "0123", Addr: "http://a", TTLMS: 10000, Seq: 1, AtMS: 1, Released: true},
+		{Node: "a", Incarnation: "0123", Addr: "http://a", TTLMS: 10000, Seq: 1, AtMS: 1, Weight: 2},
+	} {
+		if size(r) != want {
+			changed++
+		}
+	}
+	if changed < 4 {
+		t.Errorf("only %d of 5 changes of an advertised field changed the size class", changed)
+	}
+}

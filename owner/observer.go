@@ -66,6 +66,9 @@ func (o *Observer) Refresh(ctx context.Context) error {
 		if o.confirm(node, info.ETag, sent) {
 			continue
 		}
+		if o.renewed(node, info, now, sent) {
+			continue
+		}
 		if err := o.fetch(ctx, node); err != nil {
 			return err
 		}
@@ -134,8 +137,9 @@ func (o *Observer) fetch(ctx context.Context, node string) error {
 	if err != nil {
 		perr = err
 	}
-	ob := Observation{Node: node, Exists: true, ETag: obj.ETag}
+	ob := Observation{Node: node, Exists: true, ETag: obj.ETag, size: -1}
 	if perr == nil {
+		ob.size = int64(len(obj.Body))
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
 		ob.TTL = rec.TTL()
 		ob.Weight, ob.Draining, ob.Cells = rec.EffectiveWeight(), rec.Draining, rec.Cells
@@ -183,6 +187,24 @@ func (o *Observer) record(ob Observation, answered, sent time.Time) {
 	o.obs[ob.Node] = ob
 }
 
+// renewed records the new version a LIST (sent at sent, answered at
+// answered) shows of node as a renewal, with no read, when its size class
+// is that of the version last read whole: it advertises the same fields
+// (see leasesize.go), so only its ETag and first sight are new. It reports
+// whether it did; otherwise the caller reads the lease.
+func (o *Observer) renewed(node string, info bucket.Info, answered, sent time.Time) bool {
+	o.mu.Lock()
+	ob, had := o.obs[node]
+	o.mu.Unlock()
+	if !had || !ob.Exists || ob.Released || ob.Corrupt != "" || ob.size <= 0 || info.Size <= 0 ||
+		ob.size%leaseGenMod != info.Size%leaseGenMod {
+		return false
+	}
+	ob.ETag = info.ETag
+	o.record(ob, answered, sent)
+	return true
+}
+
 // confirm notes that a LIST sent at sent still showed etag for node, and
 // reports whether that is the version already observed.
 func (o *Observer) confirm(node, etag string, sent time.Time) bool {
@@ -221,37 +243,20 @@ func (o *Observer) stopCount() uint64 {
 	return o.stops
 }
 
-// watchStep is how often a node's watcher (Node.watch) reads a peer that
-// is due a new version: TTL/20, so that a peer's renewals, its last one
-// included, are first seen within about TTL/20 plus a round trip.
-func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Millisecond) }
-
 // watchPlan says which peers (not self) to read now and when to look
-// again (at the latest TTL/3 from now, for peers a Refresh may add):
+// again (at the latest TTL/3 from now, for peers a Refresh may add): a peer
+// seen unchanged for its TTL+margin is read as soon as a read can prove it
+// dead (IncarnationDead: one sent after that point), once, so that a claim
+// of its cells needs no read of its lease. Nothing else is read: a peer's
+// renewals are seen by the LIST of nodes/ that follows each of this node's
+// renewals, and renewals are aligned (renewAt, listAt) so that the LIST
+// comes just after every peer's renewal of the same interval; a peer's
+// first sight of its last version, from which its death counts, is
+// therefore at most a LIST's offset (TTL/30) and a round trip late.
 //
-//   - a peer whose lease version was written its renewal interval (its
-//     TTL/3) ago is due a new version. When the version was written is
-//     known only within bounds: after the last read that still showed the
-//     version before it, and (an estimate) no more than a step before its
-//     first sight; a version with no earlier read may be of any age.
-//     Reading a due peer every step until the version changes pins the new
-//     version's first sight to within a step and a round trip of its
-//     write: the last version a peer wrote before it died is seen that
-//     promptly too, and death counts from that first sight. A first sight
-//     that was late (by a LIST, or a first read that already showed the new
-//     version) makes the next renewal due early, so the lag shrinks by a
-//     step each renewal instead of staying. A healthy peer costs one or two
-//     reads per renewal.
-//   - a peer seen unchanged for TTL+margin is read as soon as a read can
-//     prove it dead (IncarnationDead: one sent after that point), so a
-//     claim of its cells needs no read of its lease.
-//
-// A peer is read at most once a step (counting every read: a LIST too),
-// but for the read that proves it dead.
 // A peer proven dead, released or gone is left to the LIST of Refresh,
 // which notices a restart.
 func (o *Observer) watchPlan(self string, now time.Time) (read []string, next time.Time) {
-	step := o.watchStep()
 	next = now.Add(o.p.TTL / 3)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -259,29 +264,15 @@ func (o *Observer) watchPlan(self string, now time.Time) (read []string, next ti
 		if node == self || o.stopped(ob) {
 			continue
 		}
-		renew := o.p.TTL / 3
-		if ob.TTL > 0 {
-			renew = ob.TTL / 3
-		}
-		written := ob.FirstSeen.Add(-renew) // no earlier read: it may be old
-		if !ob.after.IsZero() {
-			written = later(ob.after, ob.FirstSeen.Add(-step))
-		}
-		// Due a step after the last read at the earliest; a little early
-		// rather than a timer's wake apart.
-		due := later(written.Add(renew+step/2), ob.Confirmed.Add(step))
 		// Not stopped, so not proven: every read so far was sent before
 		// the moment a read can prove it dead, which must not be early.
 		proof := ob.FirstSeen.Add(max(o.p.TTL, ob.TTL) + o.p.Margin + time.Nanosecond)
-		if !due.After(now.Add(step/10)) || !proof.After(now) {
+		if !proof.After(now) {
 			read = append(read, node)
-			due = now.Add(step)
+			continue
 		}
-		if proof.After(now) && proof.Before(due) {
-			due = proof
-		}
-		if due.Before(next) {
-			next = due
+		if proof.Before(next) {
+			next = proof
 		}
 	}
 	sort.Strings(read)
