@@ -57,6 +57,7 @@ func (o *Observer) Refresh(ctx context.Context) error {
 	}
 	now := time.Now()
 	seen := map[string]bool{}
+	var read []string
 	for _, info := range page.Objects {
 		node, ok := strings.CutSuffix(strings.TrimPrefix(info.Key, NodesPrefix), ".json")
 		if !ok || ValidateName("node", node) != nil {
@@ -69,9 +70,28 @@ func (o *Observer) Refresh(ctx context.Context) error {
 		if o.renewed(node, info, now, sent) {
 			continue
 		}
-		if err := o.fetch(ctx, node); err != nil {
-			return err
-		}
+		read = append(read, node)
+	}
+	// Leases seen for the first time or changed, read a few at a time: a
+	// node joining a fleet of a thousand reads them all once.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error
+	sem := make(chan struct{}, 16)
+	for _, node := range read {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := o.fetch(ctx, node); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		return failed
 	}
 	o.mu.Lock()
 	for node, ob := range o.obs {
