@@ -70,6 +70,9 @@ type Daemon struct {
 	m   *metrics
 	// peers checks peer proofs (nil key without a fleet secret).
 	peers *peerVerifier
+	// peersRead is when the status page last had every peer's lease read
+	// (Unix ns; freshenPeers).
+	peersRead atomic.Int64
 	// logOpts opens every cell's log: built once, so the logs share it.
 	logOpts replication.Option
 

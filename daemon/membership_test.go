@@ -126,3 +126,37 @@ func TestForgedLeaseIsNeverAMember(t *testing.T) {
 		}
 	})
 }
+
+// A peer's renewal that changes only its cell count is taken from the LIST
+// without a read, so the status page has the peers' leases read again
+// (at most every TTL/3, in the background) while someone looks: its cell
+// counts are current a moment after a look.
+func TestStatusPageReadsPeersCellCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		f := newTestFleet()
+		const ttl = 3 * time.Second
+		a := f.open(t, m, "a", ttl, -1)
+		b := f.open(t, m, "b", ttl, -1)
+		time.Sleep(ttl)
+		for _, c := range cellNames(3) {
+			if _, err := b.acquire(t.Context(), c, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(ttl) // b renewed, advertising 3 cells; a listed it
+		cellsOf := func() int {
+			for _, v := range a.status().Nodes {
+				if v.Node == "b" {
+					return v.Cells
+				}
+			}
+			return -1
+		}
+		cellsOf()
+		synctest.Wait()
+		if got := cellsOf(); got != 3 {
+			t.Fatalf("a's status page shows b holding %d cells, want 3", got)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -51,6 +52,31 @@ type StatusCell struct {
 	Busy bool `json:"busy,omitempty"`
 }
 
+// freshenPeers starts, at most once per TTL/3 and in the background, a
+// read of every peer's lease, so that the cell counts the status page shows
+// are current: the LIST that keeps liveness current carries no body, and a
+// renewal that changes only the count is not otherwise read. Only while
+// someone looks at the page does it cost anything (one GET per peer per
+// TTL/3); the page never waits for it.
+func (d *Daemon) freshenPeers() {
+	now := time.Now().UnixNano()
+	last := d.peersRead.Load()
+	if now-last < int64(d.cfg.TTL/3) || !d.peersRead.CompareAndSwap(last, now) {
+		return
+	}
+	d.mu.Lock()
+	n := d.node
+	d.mu.Unlock()
+	if n == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.TTL/3)
+		defer cancel()
+		n.Observer().ReadAll(ctx, d.cfg.Node)
+	}()
+}
+
 // maxStatusCells bounds the cells the page lists, so that a node holding
 // a hundred thousand cells still answers with a page a browser can show.
 const maxStatusCells = 500
@@ -59,6 +85,7 @@ const maxStatusCells = 500
 // the node view is the observer's last, and a cell whose lock is taken is
 // listed as busy.
 func (d *Daemon) status() Status {
+	d.freshenPeers()
 	s := Status{Node: d.cfg.Node, Advertise: d.cfg.Advertise, Version: d.cfg.Version, Now: time.Now(), Ready: d.ready(),
 		Fleet: d.cfg.FleetSecret != "",
 		Nodes: []owner.NodeView{}, Cells: []StatusCell{}}
@@ -254,7 +281,7 @@ code{font-size:.95em}
 </tr>
 {{end}}</tbody>
 </table>
-<p class="meta">Cells held: as of the node's last lease renewal (every third of its TTL).</p>
+<p class="meta">Cells held: as of each node's lease renewal that this node last read (read again, at most every third of a TTL, while this page is looked at).</p>
 {{else}}<p>No node leases seen{{if not .Ready}} (this node is fenced){{end}}.</p>{{end}}
 
 <h2>Cells held here ({{.CellsHeld}})</h2>

@@ -368,6 +368,33 @@ func (o *Observer) view(ob Observation, now time.Time) NodeView {
 		Weight: ob.Weight, Draining: ob.Draining, Cells: ob.Cells, Verified: ob.Verified}
 }
 
+// ReadAll reads every peer's lease (but self's) that is present and not
+// known to have stopped, a few at a time: what a renewal taken from the
+// LIST alone did not carry (the cells a peer holds) is current afterwards.
+// It costs one GET per peer; a status page calls it, at most once per
+// TTL/3, while someone looks. Judgements are unchanged by it: a read only
+// confirms a version or shows a newer one, stamped at its arrival.
+func (o *Observer) ReadAll(ctx context.Context, self string) {
+	o.mu.Lock()
+	var nodes []string
+	for node, ob := range o.obs {
+		if node != self && ob.Exists && !o.stopped(ob) {
+			nodes = append(nodes, node)
+		}
+	}
+	o.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, node := range nodes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_ = o.fetch(ctx, node) // a failed read leaves the observation as it was
+		})
+	}
+	wg.Wait()
+}
+
 // Lookup judges one node at now, as View would, without copying the rest.
 func (o *Observer) Lookup(node string) (NodeView, bool) {
 	o.mu.Lock()
