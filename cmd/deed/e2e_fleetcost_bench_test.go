@@ -18,7 +18,7 @@ import (
 )
 
 // BenchmarkE2EIdleFleet measures, on the real binary, what an idle fleet
-// of N `deed run` daemons (TTL 2s, a fleet secret, no cells) asks of its
+// of N `deed run` daemons (TTL 10s, a fleet secret, no cells) asks of its
 // store, counted at a proxy in front of one `deed fakes3`: requests per
 // node per renewal interval R = TTL/3, and the GETs among them, for N = 3,
 // 10 and 30.
@@ -48,6 +48,9 @@ func idleFleet(t *testing.T, n int) (reqs, gets float64) {
 		all.Add(1)
 		if r.Method == http.MethodGet && r.URL.Query().Get("list-type") == "" {
 			getN.Add(1)
+			if os.Getenv("DEED_BENCH_LOG_GETS") != "" {
+				t.Logf("GET %s at %s", r.URL.Path, time.Now().Format("05.000"))
+			}
 		}
 		rp.ServeHTTP(w, r)
 	}))
@@ -58,7 +61,7 @@ func idleFleet(t *testing.T, n int) (reqs, gets float64) {
 	if err := os.WriteFile(secret, []byte("the fleet secret of the benchmark\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const ttl = 2 * time.Second
+	const ttl = 10 * time.Second // the default
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -69,7 +72,7 @@ func idleFleet(t *testing.T, n int) (reqs, gets float64) {
 	}
 	wg.Wait()
 	time.Sleep(3 * ttl) // every daemon has seen every other
-	const rounds = 30
+	const rounds = 10
 	a0, g0 := all.Load(), getN.Load()
 	time.Sleep(rounds * ttl / 3)
 	per := float64(n * rounds)
