@@ -13,9 +13,10 @@ import (
 )
 
 // Observer keeps, per node lease, the ETag and the local time it was first
-// seen. Refresh costs one LIST of nodes/ (plus a GET of each lease whose
-// ETag changed, to learn its address and released flag), so a daemon's
-// steady-state cost grows with nodes, never with cells.
+// seen. Refresh costs one LIST of nodes/ (plus a GET of each lease seen for
+// the first time or whose size class changed, to learn what it advertises:
+// see leasesize.go), so a daemon's steady-state cost is one LIST per
+// interval, whatever the number of nodes or cells.
 type Observer struct {
 	b   bucket.Bucket
 	p   Params
