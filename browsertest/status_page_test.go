@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -43,21 +43,21 @@ func TestStatusPageInBrowser(t *testing.T) {
 	chrome := chromiumPath(t)
 	deed := deedBinary(t)
 
-	store := freeAddr(t)
+	// Every process listens on port 0 and reports the port it got (a port
+	// picked here and released could be taken by another process first).
 	dir := t.TempDir()
-	start(t, deed, nil, "fakes3", "--listen", store, "--bucket", "browser", "--dir", dir)
-	waitTCP(t, store)
+	store := reported(t, start(t, deed, nil, "fakes3", "--listen", "127.0.0.1:0", "--bucket", "browser", "--dir", dir), fakeS3Banner)
 	env := append(storeCredentials(t, filepath.Join(dir, "credentials.env")),
-		"DEED_BUCKET=s3://browser/fleet", "DEED_ENDPOINT=http://"+store, "AWS_REGION=us-east-1")
+		"DEED_BUCKET=s3://browser/fleet", "DEED_ENDPOINT="+store, "AWS_REGION=us-east-1")
 
+	procs := map[string]*proc{}
+	for _, n := range nodes {
+		procs[n] = start(t, deed, env, "run", "--node", n, "--listen", "127.0.0.1:0", "--ttl", "3s")
+	}
 	urls := map[string]string{}
 	for _, n := range nodes {
-		addr := freeAddr(t)
-		start(t, deed, env, "run", "--node", n, "--listen", addr, "--ttl", "3s")
-		urls[n] = "http://" + addr
-	}
-	for _, n := range nodes {
-		waitReady(t, urls[n])
+		urls[n] = reported(t, procs[n], runBanner)
+		waitReady(t, urls[n], n)
 	}
 	for _, n := range nodes {
 		for _, c := range cellsOf[n] {
@@ -210,8 +210,9 @@ func (p *problems) list() []string {
 }
 
 // chromiumPath finds Debian's chromium (which `make test-browser`
-// installs). Without it the test is skipped, unless it runs in CI
-// (CI=true), where a missing browser fails it.
+// installs). Without it the test fails when a browser is required
+// (DEED_REQUIRE_BROWSER=1, which `make test-browser` sets, or CI=true) and
+// is skipped otherwise: a `go test` by hand on a machine without one.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -219,8 +220,8 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("no chromium on PATH; in CI the browser test must run (make test-browser installs it)")
+	if os.Getenv("DEED_REQUIRE_BROWSER") == "1" || os.Getenv("CI") == "true" {
+		t.Fatal("no chromium on PATH, and the browser test is required (DEED_REQUIRE_BROWSER=1 or CI=true): apt-get install chromium")
 	}
 	t.Skip("no chromium on PATH: `make test-browser` installs Debian's chromium, or apt-get install chromium")
 	return ""
@@ -243,24 +244,57 @@ func deedBinary(t *testing.T) string {
 
 // start runs deed with args, and kills it (by its PID) when the test ends,
 // logging its output if the test failed.
-func start(t *testing.T, bin string, env []string, args ...string) {
+// proc is a started deed process and its output.
+type proc struct {
+	out  *syncBuffer
+	done chan struct{} // closed when it has exited
+}
+
+func start(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-done
+		<-p.done
 		if t.Failed() {
-			t.Logf("deed %s:\n%s", strings.Join(args, " "), out.String())
+			t.Logf("deed %s:\n%s", strings.Join(args, " "), p.out.String())
 		}
 	})
+	return p
+}
+
+// The banners of `deed fakes3` and `deed run`, the URL served the first
+// group: each printed once the process serves (a node: once it is ready).
+var (
+	fakeS3Banner = regexp.MustCompile(`(?m)^deed fakes3: serving (http://[^ ]+) `)
+	runBanner    = regexp.MustCompile(`(?m)^deed node [^ ]+ serving (http://[^ \n]+)$`)
+)
+
+// reported waits for p's banner and returns the URL in it; it fails at
+// once when p exits first.
+func reported(t *testing.T, p *proc, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(p.out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("the process exited before printing %s:\n%s", re, p.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within a minute:\n%s", re, p.out.String())
+		}
+	}
 }
 
 type syncBuffer struct {
@@ -302,16 +336,6 @@ func storeCredentials(t *testing.T, path string) []string {
 	return env
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // eventually calls f every 100ms until it returns "" or limit passes, and
 // fails the test with f's last complaint.
 func eventually(t *testing.T, limit time.Duration, f func() string) {
@@ -329,18 +353,6 @@ func eventually(t *testing.T, limit time.Duration, f func() string) {
 	}
 }
 
-func waitTCP(t *testing.T, addr string) {
-	t.Helper()
-	eventually(t, 30*time.Second, func() string {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return fmt.Sprintf("%s does not accept connections: %v", addr, err)
-		}
-		c.Close()
-		return ""
-	})
-}
-
 func get(url string) (int, []byte, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -351,12 +363,18 @@ func get(url string) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
-func waitReady(t *testing.T, base string) {
+// waitReady waits until base/readyz answers 200 from node (its Deed-Node
+// header).
+func waitReady(t *testing.T, base, node string) {
 	t.Helper()
 	eventually(t, 30*time.Second, func() string {
-		st, b, err := get(base + "/readyz")
-		if err != nil || st != 200 {
-			return fmt.Sprintf("%s/readyz: %d %s %v", base, st, b, err)
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return fmt.Sprintf("%s/readyz: %v", base, err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Deed-Node"); resp.StatusCode != 200 || got != node {
+			return fmt.Sprintf("%s/readyz: %d from node %q, want 200 from %s", base, resp.StatusCode, got, node)
 		}
 		return ""
 	})

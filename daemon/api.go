@@ -40,6 +40,11 @@ type APIConfig struct {
 	// Node names this node in the Deed-Node header of every answer;
 	// Daemon.Handler sets it from Config.Node.
 	Node string
+	// Hosts are the host names (or addresses) a token-less API answers
+	// besides loopback ones; Daemon.Handler adds Config.Advertise's host.
+	// A request naming another Host, or sent by a browser from another
+	// site, is refused with DEED-E042 (see sameSite).
+	Hosts []string
 
 	// peers checks the proofs of peers' requests (Config.FleetSecret).
 	peers *peerVerifier
@@ -56,6 +61,9 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 		cfg.Node = d.cfg.Node
 	}
 	cfg.peers = d.peers
+	if h := advertiseHost(d.cfg.Advertise); h != "" {
+		cfg.Hosts = append(slices.Clip(cfg.Hosts), h)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true})
@@ -166,7 +174,15 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				return
 			}
 		}
-		if !peer && len(want) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+		if !peer && len(want) == 0 && !open {
+			if err := sameSite(r, cfg.Hosts); err != nil {
+				w.Header().Set("Connection", "close")
+				writeError(w, err)
+				return
+			}
+		}
+		if !peer && len(want) > 0 && !open {
 			got, ok := bearerToken(r.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
@@ -186,9 +202,13 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Now().Add(apiBodyTimeout))
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBody))
-			_ = rc.SetReadDeadline(time.Time{})
 			if err != nil {
+				// The connection is closed after the answer, and the
+				// deadline stays passed: the server would otherwise read
+				// on what is left of the body (up to 256 KiB, at whatever
+				// pace the client sends it) before closing.
 				w.Header().Set("Connection", "close")
+				_ = rc.SetReadDeadline(time.Unix(1, 0))
 				var tooBig *http.MaxBytesError
 				if errors.As(err, &tooBig) {
 					writeError(w, errcode.Errorf(errcode.CodeBadRequest, "request body exceeds the limit of %d bytes", cfg.MaxBody))
@@ -197,6 +217,7 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				}
 				return
 			}
+			_ = rc.SetReadDeadline(time.Time{})
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			if peer {
 				raw = body
@@ -433,6 +454,8 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusBadRequest
 	case errcode.CodeUnauthorized:
 		return http.StatusUnauthorized
+	case errcode.CodeCrossSite:
+		return http.StatusForbidden
 	case errcode.CodeHeld, errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNotHolder:
 		return http.StatusConflict
 	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer:

@@ -3,10 +3,12 @@ package daemon
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/serve"
 )
 
 // apiServer serves an in-process daemon with `deed run`'s server
@@ -62,7 +65,7 @@ func TestIdleConnectionsDoNotBlockReadyz(t *testing.T) {
 		conns = append(conns, c)
 		if i%2 == 0 {
 			// One request, then the connection stays open, idle.
-			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -79,11 +82,11 @@ func TestIdleConnectionsDoNotBlockReadyz(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %d", resp.StatusCode)
 	}
-	cl, ok := sln.(*connLimiter)
+	cl, ok := sln.(*serve.Limiter)
 	if !ok {
 		t.Fatal("the API listener has no connection cap")
 	}
-	if n := cl.open(); n > maxConns {
+	if n := cl.Open(); n > maxConns {
 		t.Fatalf("the server holds %d connections, over the cap of %d", n, maxConns)
 	}
 }
@@ -133,10 +136,18 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		ln := newPipeListener()
 		apiServer(t, m, ln, 0, APIConfig{})
 
-		// A slow body: 10 of 100 bytes, then nothing.
+		// A slow body: 10 of 1000 bytes, then one a second.
 		c := ln.dial()
 		defer c.Close()
-		go fmt.Fprintf(c, "POST /v1/cells/c/append HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+		go func() {
+			fmt.Fprintf(c, "POST /v1/cells/c/append HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n0123456789")
+			for range 990 {
+				time.Sleep(time.Second)
+				if _, err := c.Write([]byte("x")); err != nil {
+					return
+				}
+			}
+		}()
 		start := time.Now()
 		// The daemon's own timers keep the bubble's clock going: bound
 		// the wait, so that a server without the bound fails, not hangs.
@@ -155,6 +166,16 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		if keys := m.Keys("cells/"); len(keys) != 0 {
 			t.Fatalf("a slow body wrote %v", keys)
 		}
+		// Then the connection is closed: the server reads no more of the
+		// body (it used to read on, the connection still open at 50 s).
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.ReadAll(resp.Body); err != nil {
+			t.Fatalf("slow body: after the answer: %v", err)
+		}
+		br := bufio.NewReader(c)
+		if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("slow body: the connection is still open %v after the answer (%v)", time.Since(start)-apiBodyTimeout, err)
+		}
 
 		// An idle keep-alive connection, and a silent one.
 		for _, tc := range []struct {
@@ -162,7 +183,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 			request string
 			limit   time.Duration
 		}{
-			{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", apiIdleTimeout},
+			{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", apiIdleTimeout},
 			{"silent", "", apiHeaderTimeout},
 		} {
 			c := ln.dial()

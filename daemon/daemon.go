@@ -545,7 +545,10 @@ func (d *Daemon) retire(ctx context.Context, name, reason string) (owner.Record,
 	// From here on appends are refused; if the release fails, they stay
 	// refused until a retried release succeeds (Close can be retried).
 	c.releasing = true
-	if err := lg.Close(ctx); err != nil {
+	// A log ended by a bug (replication.ErrInternal) has nothing to seal:
+	// the lease is released all the same, so the cell can be claimed
+	// afresh; its next owner seals the chain.
+	if err := lg.Close(ctx); err != nil && !errors.Is(err, replication.ErrInternal) {
 		d.m.releases.WithLabelValues("error").Inc()
 		return owner.Record{}, errcode.Wrap(err, "release %s", name)
 	}
@@ -591,7 +594,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 				return
 			}
 			err := lg.Close(ctx)
-			if err == nil {
+			if err == nil || errors.Is(err, replication.ErrInternal) { // see retire
 				err = l.Release(ctx)
 			}
 			if err != nil {

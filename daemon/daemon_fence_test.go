@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 	"testing/synctest"
@@ -21,11 +20,7 @@ func TestDaemonFenceDropsCellsAndRecovers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			d.Close(ctx)
-		}()
+		defer closeOK(t, d)
 		c, err := d.acquire(t.Context(), "c", false)
 		if err != nil {
 			t.Fatal(err)

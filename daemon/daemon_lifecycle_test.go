@@ -30,8 +30,13 @@ func TestDaemonCloseAfterAClaimRacedAFence(t *testing.T) {
 		rmGet := m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpGet, Key: owner.NodeKey("a"), Fault: fakes3.ErrBefore})
 		m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.CellKey("c"), Latency: ttl})
 		c, err := d.acquire(t.Context(), "c", false)
+		// The race the test is about happened: the node fenced while the
+		// claim was in flight (else the test proved nothing).
+		if !fencedOnce(d) {
+			t.Fatal("setup: the node did not fence during the slow claim")
+		}
 		if err == nil && c.lease.Err() == nil {
-			t.Logf("acquire returned a live lease of epoch %d although the node fenced meanwhile", c.lease.Epoch())
+			t.Errorf("acquire returned a live lease of epoch %d although the node fenced meanwhile", c.lease.Epoch())
 		}
 		rmPut()
 		rmGet()
@@ -42,11 +47,25 @@ func TestDaemonCloseAfterAClaimRacedAFence(t *testing.T) {
 			done <- d.Close(ctx)
 		}()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Errorf("daemon.Close after the fence: %v", err)
+			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("daemon.Close hung (still waiting 20s later, its ctx had a 10s deadline)")
 		}
 	}()
+}
+
+// fencedOnce reports whether d's node has fenced since it opened (its
+// event ring records each fence).
+func fencedOnce(d *Daemon) bool {
+	for _, e := range d.events.recent() {
+		if e.Kind == "fence" {
+			return true
+		}
+	}
+	return false
 }
 
 // A release whose log Close fails (here: the seal PUT cannot land before
@@ -63,11 +82,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			d.Close(ctx)
-		}()
+		defer closeOK(t, d)
 		c, err := d.acquire(t.Context(), "c", false)
 		if err != nil {
 			t.Fatal(err)

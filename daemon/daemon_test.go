@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/replication"
 )
 
 // testVersion is the version the test daemons report in deed_build_info.
@@ -43,11 +45,34 @@ func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api APIConfig) 
 }
 
 func (td *testDaemon) stop(t *testing.T) {
+	t.Helper()
 	td.srv.Close()
+	closeOK(t, td.d)
+}
+
+// closeOK closes d (10 s deadline) and fails t when Close fails: a test
+// that does not expect its shutdown to fail checks the drain (seal,
+// release, node lease) every time. A helper that closes the daemon when
+// the test ends uses it, so a test that expects Close to fail opts out by
+// closing first with closeFails, which names the failure it expects (a
+// second Close returns nil).
+func closeOK(t testing.TB, d *Daemon) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := td.d.Close(ctx); err != nil {
-		t.Logf("close %s: %v", td.d.cfg.Node, err)
+	if err := d.Close(ctx); err != nil {
+		t.Errorf("close %s: %v", d.cfg.Node, err)
+	}
+}
+
+// closeFails closes d and requires Close to fail with an error for which
+// want is true; what says which failure the test expects.
+func closeFails(t testing.TB, d *Daemon, what string, want func(error) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Close(ctx); err == nil || !want(err) {
+		t.Errorf("close %s: %v, want %s", d.cfg.Node, err, what)
 	}
 }
 
@@ -121,16 +146,53 @@ func TestDaemonAppendReadRelease(t *testing.T) {
 
 // A forced claim on the other node makes the first daemon's next append
 // fail with DEED-E021, and everything it acknowledged is still read.
+// sealGate is b's store in TestDaemonForcedTakeover: b's first write into
+// the old epoch's slots (the seal that ends it) waits until the holder has
+// acknowledged an append after b's claim landed, so that the takeover
+// window (new epoch on record, old chain not yet sealed) always contains
+// an acknowledged append, however the machine schedules the goroutines.
+type sealGate struct {
+	bucket.Bucket
+	prefix  string
+	acked   func() int // the holder's acknowledged appends so far
+	once    sync.Once
+	atClaim int // acked when the seal was about to be written
+	inside  int // acked while the seal waited
+}
+
+func (g *sealGate) Put(ctx context.Context, key string, body []byte, cond bucket.Condition) (string, error) {
+	if strings.HasPrefix(key, g.prefix) {
+		g.once.Do(func() {
+			g.atClaim = g.acked()
+			deadline := time.Now().Add(10 * time.Second)
+			for g.acked() == g.atClaim && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			g.inside = g.acked() - g.atClaim
+		})
+	}
+	return g.Bucket.Put(ctx, key, body, cond)
+}
+
 func TestDaemonForcedTakeover(t *testing.T) {
 	m := fakes3.NewMem()
 	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
-	b := startTestDaemon(t, m.Client("b"), "b", APIConfig{})
 	var acked []string
 	var mu sync.Mutex
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	gate := &sealGate{Bucket: m.Client("b"), prefix: replication.EpochPrefix("c", 1), acked: count}
+	b := startTestDaemon(t, gate, "b", APIConfig{})
+	if st, res := a.call(t, "POST", "/v1/cells/c/append", "first"); st != 200 {
+		t.Fatalf("first append: %d %v", st, res)
+	}
+	acked = append(acked, "first")
+	// The writers append until the forced claim has returned (bounded, in
+	// case it never does).
+	var claimed atomic.Bool
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
-			for i := range 10 {
+			for i := 0; !claimed.Load() && i < 250; i++ {
 				data := fmt.Sprintf("w%d-%d", w, i)
 				st, _ := a.call(t, "POST", "/v1/cells/c/append", data)
 				if st == 200 {
@@ -141,12 +203,15 @@ func TestDaemonForcedTakeover(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(5 * time.Millisecond)
 	st, res := b.call(t, "POST", "/v1/cells/c/claim?force=true", "")
+	claimed.Store(true)
 	if st != 200 || res["node"] != "b" {
 		t.Fatalf("forced claim: %d %v", st, res)
 	}
 	wg.Wait()
+	if gate.inside == 0 {
+		t.Fatal("no append was acknowledged between b's claim and its seal of epoch 1: the test proved nothing")
+	}
 	st, res = a.call(t, "POST", "/v1/cells/c/append", "stale")
 	// a no longer holds c (its lease ended on the seal), so it tries to
 	// claim and finds b alive — or, if it had not noticed yet, the append
@@ -154,11 +219,21 @@ func TestDaemonForcedTakeover(t *testing.T) {
 	if st != 409 || (res["code"] != string(errcode.CodeSuperseded) && res["code"] != string(errcode.CodeHeld)) {
 		t.Fatalf("stale append: %d %v", st, res)
 	}
-	_, res = b.call(t, "GET", "/v1/cells/c/records?barrier=true&limit=1000", "")
 	got := map[string]int{}
-	for _, r := range res["records"].([]any) {
-		data, _ := base64Decode(r.(map[string]any)["data"].(string))
-		got[data]++
+	for after := 0.0; ; {
+		st, res := b.call(t, "GET", fmt.Sprintf("/v1/cells/c/records?barrier=true&limit=1000&after=%d", int(after)), "")
+		recs, _ := res["records"].([]any)
+		if st != 200 || recs == nil {
+			t.Fatalf("read after %v: %d %v", after, st, res)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			data, _ := base64Decode(r.(map[string]any)["data"].(string))
+			got[data]++
+			after = r.(map[string]any)["pos"].(float64)
+		}
 	}
 	for _, d := range acked {
 		if got[d] != 1 {
@@ -168,6 +243,7 @@ func TestDaemonForcedTakeover(t *testing.T) {
 	if got["stale"] != 0 {
 		t.Fatal("a refused append became visible")
 	}
+	t.Logf("%d appends acknowledged, %d of them while b's seal waited", len(acked), gate.inside)
 }
 
 func TestDaemonBadInput(t *testing.T) {

@@ -91,7 +91,7 @@ func (f *testFleet) openWith(t *testing.T, b bucket.Bucket, name string, ttl tim
 		ds = append(ds, o)
 	}
 	f.mu.Unlock()
-	t.Cleanup(func() { closeQuietly(d) })
+	t.Cleanup(func() { closeOK(t, d) })
 	// Every node sees the new one now (it is a verified member, which a
 	// push or a forward needs), not at its next LIST, TTL/3 from now.
 	for _, o := range ds {
@@ -100,12 +100,6 @@ func (f *testFleet) openWith(t *testing.T, b bucket.Bucket, name string, ttl tim
 		}
 	}
 	return d
-}
-
-func closeQuietly(d *Daemon) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = d.Close(ctx)
 }
 
 func (f *testFleet) handler(name string) http.Handler {
@@ -121,13 +115,14 @@ var movedToRE = regexp.MustCompile(`to node ([^ ]+) \(`)
 // would, follows an answer that names another node (a MovedError, or
 // DEED-E020 with the holder), a few hops at most. It returns the last
 // answer and every answer on the way.
-func (f *testFleet) appendFollowing(first, cell, data string) (last client.ErrorBody, status int, path []string) {
+func (f *testFleet) appendFollowing(t testing.TB, first, cell, data string) (last client.ErrorBody, status int, path []string) {
+	t.Helper()
 	node := first
 	for range 6 {
 		rec := httptest.NewRecorder()
-		f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
+		f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/append", strings.NewReader(data)))
 		var body client.ErrorBody
-		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+		decodeJSON(t, rec, &body)
 		// Each step: the node asked, its status and code, and the node
 		// that served it (Deed-Node: another one when it forwarded).
 		path = append(path, fmt.Sprintf("%s:%d %s served-by=%s", node, rec.Code, body.Code, rec.Header().Get(HeaderNode)))
@@ -184,7 +179,7 @@ func TestHandOffLosesNothingUnderAppends(t *testing.T) {
 				default:
 				}
 				data := fmt.Sprintf("w%d-%d", w, i)
-				body, status, path := f.appendFollowing("a", "c", data)
+				body, status, path := f.appendFollowing(t, "a", "c", data)
 				amu.Lock()
 				answers = append(answers, answer{data, status, body, path})
 				amu.Unlock()
@@ -270,7 +265,7 @@ func TestAppendMidMoveWaitsAndGoesToTheNewHolder(t *testing.T) {
 	const ttl = 3 * time.Second
 	a := f.open(t, hb, "a", ttl, -1)
 	f.open(t, m, "b", ttl, -1)
-	if _, status, path := f.appendFollowing("a", "c", "before"); status != 200 {
+	if _, status, path := f.appendFollowing(t, "a", "c", "before"); status != 200 {
 		t.Fatalf("first append: %v", path)
 	}
 	moved := make(chan error, 1)
@@ -285,7 +280,7 @@ func TestAppendMidMoveWaitsAndGoesToTheNewHolder(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		_, status, path := f.appendFollowing("a", "c", "mid-move")
+		_, status, path := f.appendFollowing(t, "a", "c", "mid-move")
 		answered <- answer{status, path}
 	}()
 	select {
@@ -319,7 +314,7 @@ func TestHandOffWithFailedPushLeavesCellFree(t *testing.T) {
 	m := fakes3.NewMem()
 	f := newTestFleet()
 	a := f.open(t, m, "a", 3*time.Second, -1)
-	if _, status, path := f.appendFollowing("a", "c", "x"); status != 200 {
+	if _, status, path := f.appendFollowing(t, "a", "c", "x"); status != 200 {
 		t.Fatalf("append: %v", path)
 	}
 	_, err := a.handOff(t.Context(), "c", member{Name: "gone", Addr: "http://gone", Weight: 1}, false)
@@ -449,7 +444,7 @@ func TestDrainHandsEveryCellOffAndTakesNoNew(t *testing.T) {
 			}
 		}
 		rec := httptest.NewRecorder()
-		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "/v1/node/drain", nil))
+		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/node/drain", nil))
 		var st client.NodeState
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); rec.Code != 200 || err != nil || !st.Draining {
 			t.Fatalf("drain: %d %s", rec.Code, rec.Body)
@@ -474,7 +469,7 @@ func TestDrainHandsEveryCellOffAndTakesNoNew(t *testing.T) {
 		if !errors.As(err, &moved) || moved.Node != "b" {
 			t.Fatalf("a draining node asked for a free cell: %v; want a MovedError to b", err)
 		}
-		if _, status, path := f.appendFollowing("a", "fresh", "x"); status != 200 || len(path) != 1 || !strings.HasSuffix(path[0], "served-by=b") {
+		if _, status, path := f.appendFollowing(t, "a", "fresh", "x"); status != 200 || len(path) != 1 || !strings.HasSuffix(path[0], "served-by=b") {
 			t.Fatalf("append of a free cell at the draining node went %v", path)
 		}
 		// b's view leaves a out of placement once a's lease says it drains.
@@ -508,7 +503,7 @@ func TestPinnedMoveIsNotMovedBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := httptest.NewRecorder()
-		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/move?to=b", nil))
+		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/move?to=b", nil))
 		var mv client.Moved
 		if err := json.Unmarshal(rec.Body.Bytes(), &mv); rec.Code != 200 || err != nil || !mv.Moved || mv.From != "a" || mv.To != "b" {
 			t.Fatalf("move: %d %s", rec.Code, rec.Body)
@@ -573,14 +568,14 @@ func TestMoveUnavailabilityRTT(t *testing.T) {
 		nodes := map[string]*Daemon{"a": f.open(t, m, "a", ttl, -1), "b": f.open(t, m, "b", ttl, -1)}
 		time.Sleep(ttl)
 		from, to := "a", "b"
-		if _, status, path := f.appendFollowing(from, "c", "first"); status != 200 {
+		if _, status, path := f.appendFollowing(t, from, "c", "first"); status != 200 {
 			t.Fatalf("append: %v", path)
 		}
 		var got []float64
 		for i := range 10 {
 			inflight := make(chan int, 1)
 			go func() {
-				_, status, _ := f.appendFollowing(from, "c", fmt.Sprintf("inflight-%d", i))
+				_, status, _ := f.appendFollowing(t, from, "c", fmt.Sprintf("inflight-%d", i))
 				inflight <- status
 			}()
 			time.Sleep(rtt / 2) // its PUT is on the way
@@ -588,7 +583,7 @@ func TestMoveUnavailabilityRTT(t *testing.T) {
 			if _, err := nodes[from].handOff(t.Context(), "c", member{Name: to, Addr: "http://" + to, Weight: 1}, false); err != nil {
 				t.Fatal(err)
 			}
-			if _, status, path := f.appendFollowing(to, "c", fmt.Sprintf("after-%d", i)); status != 200 {
+			if _, status, path := f.appendFollowing(t, to, "c", fmt.Sprintf("after-%d", i)); status != 200 {
 				t.Fatalf("append after the move: %v", path)
 			}
 			got = append(got, float64(time.Since(start))/float64(rtt))
@@ -620,7 +615,7 @@ func TestJoinTakesAShareWithinAMinute(t *testing.T) {
 			// Through the API, as a client would: the rebalancers are
 			// already running and may move a cell under its first append,
 			// which the handler retries or forwards.
-			if _, status, path := f.appendFollowing(ds[i%3].cfg.Node, c, "rec-"+c); status != 200 {
+			if _, status, path := f.appendFollowing(t, ds[i%3].cfg.Node, c, "rec-"+c); status != 200 {
 				t.Fatalf("append to %s: %v", c, path)
 			}
 		}
@@ -703,11 +698,11 @@ func TestMoveOfACellHeldNowhereOrElsewhere(t *testing.T) {
 		time.Sleep(ttl)
 		move := func(node, cell, to string) (int, client.Moved, client.ErrorBody) {
 			rec := httptest.NewRecorder()
-			f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/move?to="+to, nil))
+			f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/move?to="+to, nil))
 			var mv client.Moved
 			var eb client.ErrorBody
-			_ = json.Unmarshal(rec.Body.Bytes(), &mv)
-			_ = json.Unmarshal(rec.Body.Bytes(), &eb)
+			decodeJSON(t, rec, &mv)
+			decodeJSON(t, rec, &eb)
 			return rec.Code, mv, eb
 		}
 		code, mv, _ := move("a", "free", "b")
@@ -736,7 +731,7 @@ func TestHandoffPushNeedsTheFleetSecret(t *testing.T) {
 	f := newTestFleet()
 	a := f.open(t, m, "a", 3*time.Second, -1)
 	for name, secret := range map[string]string{"client": "", "wrong secret": "another-fleet-secret"} {
-		req := httptest.NewRequest("POST", "/v1/cells/c/handoff", nil)
+		req := httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/c/handoff", nil)
 		if secret != "" {
 			h := peerHeaders(secret, "b", "a", "POST", "/v1/cells/c/handoff", "", 1)
 			for i := 0; i < len(h); i += 2 {
@@ -746,7 +741,7 @@ func TestHandoffPushNeedsTheFleetSecret(t *testing.T) {
 		rec := httptest.NewRecorder()
 		f.handler("a").ServeHTTP(rec, req)
 		var body client.ErrorBody
-		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+		decodeJSON(t, rec, &body)
 		if rec.Code != 401 || body.Code != errcode.CodeUnauthorized {
 			t.Errorf("%s push: %d %s, want 401 DEED-E041", name, rec.Code, rec.Body)
 		}

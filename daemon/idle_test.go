@@ -45,7 +45,7 @@ func releasedCount(t *testing.T, d *Daemon, reason string) int {
 // is acknowledged.
 func mustAppend(t *testing.T, h http.Handler, cell, data string) {
 	t.Helper()
-	if a := serveAppend(h, cell, data); a.Status != 200 {
+	if a := serveAppend(t, h, cell, data); a.Status != 200 {
 		t.Fatalf("append to %s: %v", cell, a)
 	}
 }
@@ -138,7 +138,7 @@ func TestUsedCellIsKept(t *testing.T) {
 			mustAppend(t, h, "busy", fmt.Sprint(i))
 			// Reads of a held cell are use too.
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells/read/records?barrier=true", nil))
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/cells/read/records?barrier=true", nil))
 			if rec.Code != 200 {
 				t.Fatalf("read: %d %s", rec.Code, rec.Body)
 			}
@@ -153,7 +153,7 @@ func TestUsedCellIsKept(t *testing.T) {
 		mustAppend(t, h, "slow", "first")
 		la.arm(true)
 		answer := make(chan appendAnswer, 1)
-		go func() { answer <- serveAppend(h, "slow", "long") }()
+		go func() { answer <- serveAppend(t, h, "slow", "long") }()
 		<-la.landed // its PUT landed; its answer is held back
 		time.Sleep(3 * idle)
 		synctest.Wait()
@@ -242,7 +242,7 @@ func TestFailedIdleReleaseIsRetried(t *testing.T) {
 		if releasedCount(t, d, releasedIdle) != 0 || d.held("c") == nil {
 			t.Fatal("released although its seal failed")
 		}
-		if a := serveAppend(h, "c", "refused"); a.Status == 200 || a.Applied != "no" {
+		if a := serveAppend(t, h, "c", "refused"); a.Status == 200 || a.Applied != "no" {
 			t.Fatalf("append while the failed release is pending: %v, want refused", a)
 		}
 		remove()
@@ -273,7 +273,7 @@ func TestAppendRacingIdleReleaseIsNotRefused(t *testing.T) {
 			wg.Go(func() {
 				cell := fmt.Sprintf("c%d", c)
 				for i := range each {
-					a := serveAppend(h, cell, fmt.Sprintf("%s-%d", cell, i))
+					a := serveAppend(t, h, cell, fmt.Sprintf("%s-%d", cell, i))
 					answers[c] = append(answers[c], a)
 					time.Sleep(idle + time.Duration((i+c)%2)*every)
 				}

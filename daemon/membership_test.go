@@ -82,20 +82,20 @@ func TestForgedLeaseIsNeverAMember(t *testing.T) {
 			for _, node := range []string{"a", "b", "c"} {
 				cell := fmt.Sprintf("cell-%d", i)
 				rec := httptest.NewRecorder()
-				f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader("x")))
+				f.handler(node).ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/append", strings.NewReader("x")))
 				if rec.Code != 200 || rec.Header().Get(HeaderNode) == "evil" {
 					t.Fatalf("append %s through %s: %d %s (served by %s)", cell, node, rec.Code, rec.Body, rec.Header().Get(HeaderNode))
 				}
 			}
 		}
 		rec := httptest.NewRecorder()
-		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/stolen/append", strings.NewReader("x")))
+		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/stolen/append", strings.NewReader("x")))
 		if rec.Code != 409 || rec.Header().Get(HeaderNode) == "evil" {
 			t.Fatalf("append to the cell evil claims: %d %s (served by %s); want the refusal", rec.Code, rec.Body, rec.Header().Get(HeaderNode))
 		}
 		// A drain hands every cell of a off: none to evil.
 		rec = httptest.NewRecorder()
-		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "/v1/node/drain", nil))
+		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/node/drain", nil))
 		if rec.Code != 200 {
 			t.Fatalf("drain: %d %s", rec.Code, rec.Body)
 		}
@@ -109,7 +109,7 @@ func TestForgedLeaseIsNeverAMember(t *testing.T) {
 		}
 		// The status page and its JSON say evil is unverified.
 		rec = httptest.NewRecorder()
-		f.handler("b").ServeHTTP(rec, httptest.NewRequest("GET", "/v1/status", nil))
+		f.handler("b").ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/status", nil))
 		var st Status
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || !st.Fleet {
 			t.Fatalf("status: %v %s", err, rec.Body)
@@ -120,7 +120,7 @@ func TestForgedLeaseIsNeverAMember(t *testing.T) {
 			}
 		}
 		rec = httptest.NewRecorder()
-		f.handler("b").ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		f.handler("b").ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/", nil))
 		if !strings.Contains(rec.Body.String(), "unverified: not a member") || strings.Contains(rec.Body.String(), `href="http://evil"`) {
 			t.Errorf("the status page does not mark evil unverified, or links it")
 		}

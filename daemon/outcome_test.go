@@ -71,7 +71,7 @@ func (l *lostAnswers) Put(ctx context.Context, key string, body []byte, c bucket
 }
 
 // openTestDaemon opens an in-process daemon on b (no probe) and closes it
-// when the test ends.
+// when the test ends, failing the test if Close fails (closeOK).
 func openTestDaemon(t *testing.T, b bucket.Bucket, ttl time.Duration) *Daemon {
 	t.Helper()
 	return openTestDaemonConfig(t, b, Config{Node: "a", Advertise: "http://a", TTL: ttl})
@@ -84,11 +84,7 @@ func openTestDaemonConfig(t *testing.T, b bucket.Bucket, cfg Config) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
-	})
+	t.Cleanup(func() { closeOK(t, d) })
 	return d
 }
 
@@ -96,12 +92,22 @@ func openTestDaemonConfig(t *testing.T, b bucket.Bucket, cfg Config) *Daemon {
 type appendAnswer = daemontest.Answer
 
 // serveAppend runs one append through the handler and returns its answer.
-func serveAppend(h http.Handler, cell, data string) appendAnswer {
+func serveAppend(t testing.TB, h http.Handler, cell, data string) appendAnswer {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/cells/"+cell+"/append", strings.NewReader(data)))
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/append", strings.NewReader(data)))
 	var body client.ErrorBody
-	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	decodeJSON(t, rec, &body)
 	return appendAnswer{Data: data, Status: rec.Code, Code: body.Code, Applied: string(body.Applied)}
+}
+
+// decodeJSON decodes rec's body into v and fails t (without stopping it:
+// callers run in goroutines too) when the answer is not JSON, so that an
+// answer of another kind cannot pass as zero values.
+func decodeJSON(t testing.TB, rec *httptest.ResponseRecorder, v any) {
+	t.Helper()
+	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
+		t.Errorf("answer %d %q (Content-Type %q) is not JSON: %v", rec.Code, rec.Body.String(), rec.Header().Get("Content-Type"), err)
+	}
 }
 
 // A node fences while appends are in flight and the store hangs on the
@@ -117,7 +123,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		la := newLostAnswers(m.Client("a"), "cells/c/ltx/")
 		d := openTestDaemon(t, la, ttl)
 		h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
-		answers := []appendAnswer{serveAppend(h, "c", "before")}
+		answers := []appendAnswer{serveAppend(t, h, "c", "before")}
 		if answers[0].Status != 200 {
 			t.Fatalf("first append: %v", answers[0])
 		}
@@ -129,7 +135,7 @@ func TestAppendAnswersMatchBucketOnFence(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 6 {
 			wg.Go(func() {
-				a := serveAppend(h, "c", fmt.Sprintf("in-flight-%d", i))
+				a := serveAppend(t, h, "c", fmt.Sprintf("in-flight-%d", i))
 				mu.Lock()
 				answers = append(answers, a)
 				mu.Unlock()
@@ -221,7 +227,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 func metricValue(t *testing.T, d *Daemon, series string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	d.handler(APIConfig{MaxBody: 1, MaxLimit: 1}).ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
 	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
@@ -283,7 +289,7 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				g := &headGate{Bucket: m.Client("a"), prefix: "cells/c/ltx/", entered: make(chan struct{}), open: make(chan struct{})}
 				d := openTestDaemon(t, g, 2*time.Second)
 				h := d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000})
-				if a := serveAppend(h, "c", "x"); a.Status != 200 {
+				if a := serveAppend(t, h, "c", "x"); a.Status != 200 {
 					t.Fatal(a)
 				}
 				g.mu.Lock()
@@ -293,14 +299,14 @@ func TestBarrierReadRacingLeaseEnd(t *testing.T) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells/c/records?barrier=true", nil))
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/cells/c/records?barrier=true", nil))
 				}()
 				<-g.entered
 				tc.end(t, d, m)
 				close(g.open)
 				<-done
 				var body client.ErrorBody
-				_ = json.Unmarshal(rec.Body.Bytes(), &body)
+				decodeJSON(t, rec, &body)
 				if rec.Code != tc.status || body.Code != tc.code {
 					t.Fatalf("barrier read racing the lease's end: %d %s, want %d %s", rec.Code, rec.Body.String(), tc.status, tc.code)
 				}

@@ -74,7 +74,7 @@ func TestCapturedPeerRequestCannotBeReused(t *testing.T) {
 			mu.Lock()
 			deliver = delivered
 			mu.Unlock()
-			req := httptest.NewRequest("POST", "/v1/cells/"+cname+"/append", strings.NewReader(data))
+			req := httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cname+"/append", strings.NewReader(data))
 			req.Header.Set("Authorization", "Bearer client-token")
 			rec := httptest.NewRecorder()
 			f.handler("a").ServeHTTP(rec, req)
@@ -137,7 +137,7 @@ func TestCapturedPeerRequestCannotBeReused(t *testing.T) {
 			{"POST", "/v1/cells/" + cname + "/claim"}, {"POST", "/v1/cells/" + cname + "/move?to=c"},
 		} {
 			h := peerHeaders(testFleetSecret, "a", "b", ep.method, ep.path, "", 1)
-			req := httptest.NewRequest(ep.method, ep.path, nil)
+			req := httptest.NewRequest(ep.method, "http://127.0.0.1"+ep.path, nil)
 			for i := 0; i < len(h); i += 2 {
 				req.Header.Set(h[i], h[i+1])
 			}
@@ -197,7 +197,7 @@ func TestUnprovedAnswerIsNotRelayed(t *testing.T) {
 			{"GET", "/v1/cells/" + cname + "/records?barrier=true", "", "DEED-E013", "no"},
 		} {
 			rec := httptest.NewRecorder()
-			f.handler("a").ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+			f.handler("a").ServeHTTP(rec, httptest.NewRequest(tc.method, "http://127.0.0.1"+tc.path, strings.NewReader(tc.body)))
 			var e struct{ Code, Applied string }
 			_ = json.Unmarshal(rec.Body.Bytes(), &e)
 			if rec.Code != 503 || e.Code != tc.code || e.Applied != tc.applied {

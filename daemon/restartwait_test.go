@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -33,10 +32,8 @@ func TestDaemonRestartCountsDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		waited := time.Since(start)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		d.Close(ctx)
-		old.Close(ctx)
+		closeOK(t, d)
+		closeOK(t, old)
 
 		left := regexp.MustCompile(`msg="waiting out this node's earlier incarnation before acting" left=(\S+)`)
 		var got []time.Duration

@@ -32,7 +32,7 @@ func TestAppendsDuringRetireAreRetriedNotRefused(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := 0; i < maxEach && (i < minEach || released.Load() < wantReleases); i++ {
-				answers <- serveAppend(h, "c", fmt.Sprintf("w%d-%d", w, i))
+				answers <- serveAppend(t, h, "c", fmt.Sprintf("w%d-%d", w, i))
 			}
 		})
 	}

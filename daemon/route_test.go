@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -82,9 +81,7 @@ func startFleetNode(t *testing.T, b bucket.Bucket, node, secret, advertise strin
 	n := &fleetNode{d: d, srv: srv}
 	t.Cleanup(func() {
 		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Close(ctx)
+		closeOK(t, d)
 	})
 	return n
 }
@@ -191,7 +188,7 @@ func TestDeedNodeOnEveryAnswer(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	StartingHandler(APIConfig{Node: "a"}).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/cells", nil))
+	StartingHandler(APIConfig{Node: "a"}).ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/cells", nil))
 	if rec.Header().Get(HeaderNode) != "a" {
 		t.Errorf("starting: no Deed-Node")
 	}

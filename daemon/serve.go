@@ -4,11 +4,11 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/internal/serve"
 )
 
 // How long the API waits on a client. No endpoint streams or long-polls
@@ -29,6 +29,14 @@ const (
 	// apiIdleTimeout is how long a keep-alive connection may wait between
 	// requests.
 	apiIdleTimeout = 60 * time.Second
+	// apiMaxHeaderBytes bounds a request's line and headers. deed's own
+	// requests carry a few short headers (a bearer token, the fleet
+	// secret, Deed-Hops and Deed-From), well under 1 KiB; a browser's
+	// cookies for localhost stay under this too. Go's default of 1 MiB let
+	// each connection, before any authentication, make the server hold up
+	// to a MiB: 150 such connections grew the daemon by 150 MiB, and
+	// --max-conns of them by a GiB. An oversize header is answered 431.
+	apiMaxHeaderBytes = 16 << 10
 	// DefaultMaxConns is --max-conns' default: far below the file descriptors a Go
 	// process has, so that connections alone cannot exhaust them.
 	DefaultMaxConns = 1024
@@ -42,116 +50,15 @@ func NewServer(h http.Handler, ln net.Listener, maxConns int, base context.Conte
 		Handler:           h,
 		ReadHeaderTimeout: apiHeaderTimeout,
 		IdleTimeout:       apiIdleTimeout,
+		MaxHeaderBytes:    apiMaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
 	if maxConns > 0 {
-		cl := &connLimiter{Listener: ln, max: maxConns, conns: map[net.Conn]connEntry{}}
-		srv.ConnState = cl.track
+		cl := serve.NewLimiter(ln, maxConns)
+		srv.ConnState = cl.Track
 		ln = cl
 	}
 	return srv, ln
-}
-
-// connLimiter caps the connections the API holds open. At the cap, a new
-// connection takes the place of the one that has waited longest without a
-// request under way (a keep-alive connection between requests, or a new
-// one that has sent nothing yet), so idle clients cannot lock out
-// /readyz or a real request; when every connection is in the middle of a
-// request, the new one is closed at once (the header and body timeouts
-// bound how long that lasts). The kernel's backlog is never left to fill.
-//
-// It counts the connections it hands out until they are closed, and learns
-// which are idle from the server's ConnState hook (track), which also
-// recognises them inside a TLS connection made on top of this listener.
-type connLimiter struct {
-	net.Listener
-	max int
-
-	mu    sync.Mutex
-	conns map[net.Conn]connEntry
-}
-
-type connEntry struct {
-	state http.ConnState
-	since time.Time
-}
-
-// limitedConn leaves the limiter's count when it is closed.
-type limitedConn struct {
-	net.Conn
-	l    *connLimiter
-	once sync.Once
-}
-
-func (c *limitedConn) Close() error {
-	c.once.Do(func() {
-		c.l.mu.Lock()
-		delete(c.l.conns, c)
-		c.l.mu.Unlock()
-	})
-	return c.Conn.Close()
-}
-
-func (l *connLimiter) Accept() (net.Conn, error) {
-	for {
-		raw, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		c := &limitedConn{Conn: raw, l: l}
-		var victim net.Conn
-		l.mu.Lock()
-		full := len(l.conns) >= l.max
-		if full {
-			var since time.Time
-			for vc, e := range l.conns {
-				if (e.state == http.StateNew || e.state == http.StateIdle) && (victim == nil || e.since.Before(since)) {
-					victim, since = vc, e.since
-				}
-			}
-			if victim != nil {
-				delete(l.conns, victim)
-			}
-		}
-		if !full || victim != nil {
-			l.conns[c] = connEntry{state: http.StateNew, since: time.Now()}
-		}
-		l.mu.Unlock()
-		switch {
-		case !full:
-			return c, nil
-		case victim == nil:
-			_ = raw.Close() // every connection is mid-request
-		default:
-			_ = victim.Close()
-			return c, nil
-		}
-	}
-}
-
-// track is the server's ConnState hook.
-func (l *connLimiter) track(c net.Conn, s http.ConnState) {
-	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
-		c = tc.NetConn()
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.conns[c]; !ok {
-		return // closed or evicted meanwhile
-	}
-	switch s {
-	case http.StateClosed, http.StateHijacked:
-		delete(l.conns, c)
-	default:
-		l.conns[c] = connEntry{state: s, since: time.Now()}
-	}
-}
-
-// open is how many connections the limiter counts as open.
-func (l *connLimiter) open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.conns)
 }
 
 // deadlineWriter bounds the writing of one answer: its first byte sets the

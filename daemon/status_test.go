@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -185,7 +186,9 @@ func TestStatusJSON(t *testing.T) {
 	}
 	// The wire names tools rely on.
 	var raw map[string]any
-	_ = json.Unmarshal([]byte(body), &raw)
+	if err := json.Unmarshal([]byte(body), &raw); err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range []string{"node", "incarnation", "ready", "draining", "now", "nodes", "cells_held", "cells", "events"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("JSON lacks %q: %s", k, body)
@@ -298,6 +301,11 @@ func TestTakeoverIsAnEvent(t *testing.T) {
 	if _, _, body := getPage(t, b, "GET", "/"); !strings.Contains(body, "<td>takeover</td>") {
 		t.Errorf("page does not show the takeover:\n%s", body)
 	}
+	// a never wrote to c again, so it learns of the takeover only when its
+	// drain tries to seal c: its Close reports the lost lease.
+	closeFails(t, a.d, "DEED-E021 for the cell b took over", func(err error) bool {
+		return errcode.CodeOf(err) == errcode.CodeSuperseded && strings.Contains(err.Error(), "drain c:")
+	})
 }
 
 func TestIsTakeover(t *testing.T) {

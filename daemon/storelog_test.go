@@ -84,11 +84,7 @@ func TestDaemonLogsStoreOutageConcisely(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			d.Close(ctx)
-		}()
+		defer closeOK(t, d)
 		time.Sleep(time.Second)
 		store.down.Store(true)
 		time.Sleep(40 * time.Second)

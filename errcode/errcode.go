@@ -35,6 +35,7 @@ const (
 	CodeCorruptStore Code = "DEED-E032" // corrupt or truncated embedded store file
 	CodeBadRequest   Code = "DEED-E040" // request too large / bad request
 	CodeUnauthorized Code = "DEED-E041" // unauthorized
+	CodeCrossSite    Code = "DEED-E042" // a token-less daemon refused a cross-site or foreign-Host (DNS rebinding) request
 )
 
 // Error is an error carrying a stable code. Its message starts with the code

@@ -23,7 +23,15 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/internal/serve"
 )
+
+// MaxBody bounds the body of one request. deed's largest object is a
+// transaction or snapshot file of replication.MaxFileLen (16 MiB); twice
+// that leaves room for any framing (aws-chunked) and for other clients'
+// small objects, and bounds what one request, signed or not, can make the
+// store hold in memory. A larger body is refused, 400 EntityTooLarge.
+const MaxBody = 32 << 20
 
 // ServerOptions configures NewServer.
 type ServerOptions struct {
@@ -99,6 +107,7 @@ type Server struct {
 
 	lifeMu sync.Mutex
 	srv    *http.Server
+	conns  *serve.Limiter
 	url    string
 	served chan error
 	closed bool
@@ -192,17 +201,54 @@ func (s *Server) Start(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("start fakes3 server: %w", err)
 	}
-	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.url = "http://" + ln.Addr().String()
-	s.served = make(chan error, 1)
-	go func() { s.served <- s.srv.Serve(ln) }()
+	s.startOn(ln)
 	s.log.Info("fakes3 listening", "url", s.url, "dir", s.opts.Dir,
 		"ignore_conditions", s.opts.IgnoreConditions)
 	return s.url, nil
+}
+
+// The bounds on what a client of the served store can make it hold: the
+// store is reachable by every local process (and by the network, with
+// --listen), signed or not, so none of them is left to the client. The
+// SDK's clients reuse a connection within 90 s and never take long over a
+// request; deed's largest body (MaxBody) takes well under a second on any
+// link the store is used over.
+const (
+	// serveHeaderTimeout bounds a request's line and headers, and so how
+	// long a new connection may stay silent.
+	serveHeaderTimeout = 10 * time.Second
+	// serveReadTimeout bounds the reading of a whole request, body
+	// included; serveWriteTimeout the writing of its answer.
+	serveReadTimeout  = 2 * time.Minute
+	serveWriteTimeout = 2 * time.Minute
+	// serveIdleTimeout is how long a keep-alive connection may wait
+	// between requests.
+	serveIdleTimeout = 2 * time.Minute
+	// serveMaxHeaderBytes bounds a request's line and headers: S3 itself
+	// refuses more than 8 KiB of headers; a presigned URL is a few KiB.
+	serveMaxHeaderBytes = 16 << 10
+	// serveMaxConns caps the connections open at once; at the cap a new
+	// one replaces the longest idle (serve.Limiter).
+	serveMaxConns = 1024
+)
+
+// startOn serves on ln in the background, with the bounds above.
+func (s *Server) startOn(ln net.Listener) {
+	cl := serve.NewLimiter(ln, serveMaxConns)
+	s.conns = cl
+	s.srv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: serveHeaderTimeout,
+		ReadTimeout:       serveReadTimeout,
+		WriteTimeout:      serveWriteTimeout,
+		IdleTimeout:       serveIdleTimeout,
+		MaxHeaderBytes:    serveMaxHeaderBytes,
+		ConnState:         cl.Track,
+		ErrorLog:          serve.ErrorLog(s.log, "fakes3"),
+	}
+	s.url = "http://" + ln.Addr().String()
+	s.served = make(chan error, 1)
+	go func() { s.served <- s.srv.Serve(cl) }()
 }
 
 // URL is the endpoint URL after Start, else "".
@@ -271,11 +317,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if skew == 0 {
 			skew = DefaultMaxClockSkew
 		}
-		if aerr := verifySigV4(r, *c, skew, time.Now()); aerr != nil {
+		bodySum, aerr := verifySig(r, *c, skew, time.Now())
+		if aerr == nil {
+			aerr = s.boundBody(w, r)
+		}
+		if aerr == nil {
+			aerr = checkBodySum(r, bodySum)
+		}
+		if aerr != nil {
 			s.log.Debug("fakes3 refused request", "method", r.Method, "path", r.URL.Path, "err", aerr)
+			// A refused client keeps no connection, and its body
+			// (unread, or read in part) is not drained.
+			w.Header().Set("Connection", "close")
 			s.writeError(w, r, aerr.status, aerr.code, aerr.msg)
 			return
 		}
+	} else if aerr := s.boundBody(w, r); aerr != nil {
+		w.Header().Set("Connection", "close")
+		s.writeError(w, r, aerr.status, aerr.code, aerr.msg)
+		return
 	}
 	if r.Method != http.MethodPut && r.Method != http.MethodPost && r.Method != http.MethodDelete {
 		s.inner.ServeHTTP(w, r)
@@ -310,7 +370,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		_ = r.Body.Close()
 		if err != nil {
-			s.writeError(w, r, http.StatusBadRequest, "IncompleteBody", "read request body: "+err.Error())
+			aerr := bodyError(err)
+			w.Header().Set("Connection", "close")
+			s.writeError(w, r, aerr.status, aerr.code, aerr.msg)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -345,6 +407,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("If-Match")
 	}
 	s.inner.ServeHTTP(w, r)
+}
+
+// boundBody refuses a body declared larger than MaxBody, unread, and
+// bounds the reading of one of unknown length to MaxBody.
+func (s *Server) boundBody(w http.ResponseWriter, r *http.Request) *authError {
+	if r.ContentLength > MaxBody {
+		return &authError{status: http.StatusBadRequest, code: "EntityTooLarge",
+			msg: fmt.Sprintf("a request body of %d bytes exceeds this store's limit of %d", r.ContentLength, MaxBody)}
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+	}
+	return nil
 }
 
 // current returns the quoted ETag of bkt/key and whether it exists.

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -71,42 +72,55 @@ type sigRequest struct {
 // verifySigV4 checks r's AWS Signature Version 4 against creds, the way S3
 // does for header authentication (Authorization: AWS4-HMAC-SHA256 ...) and
 // for presigned URLs (X-Amz-Signature in the query). For a signed payload
-// hash it reads the body, checks it against x-amz-content-sha256, and puts
-// it back in r.Body. UNSIGNED-PAYLOAD and the STREAMING-* hashes are
+// hash it then reads the body, checks it against x-amz-content-sha256, and
+// puts it back in r.Body: only once the signature has proved the sender
+// holds the key. UNSIGNED-PAYLOAD and the STREAMING-* hashes are
 // accepted as S3 accepts them; chunk signatures of a streaming body are not
 // checked (the header signature still proves the sender holds the key).
 func verifySigV4(r *http.Request, creds Credentials, maxSkew time.Duration, now time.Time) *authError {
-	sr, aerr := parseSig(r)
+	bodySum, aerr := verifySig(r, creds, maxSkew, now)
 	if aerr != nil {
 		return aerr
 	}
+	return checkBodySum(r, bodySum)
+}
+
+// verifySig is verifySigV4 without the body: it checks the signature, which
+// covers the body's hash as x-amz-content-sha256 states it, and returns
+// that hash (nil for an unsigned payload). It reads nothing of the body, so
+// that a request signed without the key is refused before any of it is.
+func verifySig(r *http.Request, creds Credentials, maxSkew time.Duration, now time.Time) ([]byte, *authError) {
+	sr, aerr := parseSig(r)
+	if aerr != nil {
+		return nil, aerr
+	}
 	if sr.accessKey != creds.AccessKeyID {
-		return denied("InvalidAccessKeyId", "the access key id %q is not this store's (its credentials were printed at its first start)", sr.accessKey)
+		return nil, denied("InvalidAccessKeyId", "the access key id %q is not this store's (its credentials were printed at its first start)", sr.accessKey)
 	}
 	if sr.service != sigService || sr.terminator != sigTerminator {
-		return &authError{status: http.StatusBadRequest, code: "AuthorizationHeaderMalformed",
+		return nil, &authError{status: http.StatusBadRequest, code: "AuthorizationHeaderMalformed",
 			msg: fmt.Sprintf("credential scope must end in /%s/%s, not /%s/%s", sigService, sigTerminator, sr.service, sr.terminator)}
 	}
 	if sr.amzDate.Format("20060102") != sr.date {
-		return &authError{status: http.StatusBadRequest, code: "AuthorizationHeaderMalformed",
+		return nil, &authError{status: http.StatusBadRequest, code: "AuthorizationHeaderMalformed",
 			msg: fmt.Sprintf("credential scope date %s is not the request date %s", sr.date, sr.amzDate.Format(amzDateFormat))}
 	}
 	if skew := now.Sub(sr.amzDate); skew > maxSkew && !sr.presigned || skew < -maxSkew {
-		return denied("RequestTimeTooSkewed", "the request time %s is %v away from the server's %s (limit ±%v)",
+		return nil, denied("RequestTimeTooSkewed", "the request time %s is %v away from the server's %s (limit ±%v)",
 			sr.amzDate.Format(amzDateFormat), skew.Round(time.Second), now.UTC().Format(amzDateFormat), maxSkew)
 	}
 	if sr.presigned && now.After(sr.amzDate.Add(sr.expires)) {
-		return denied("AccessDenied", "request has expired (signed %s, expires after %v)", sr.amzDate.Format(amzDateFormat), sr.expires)
+		return nil, denied("AccessDenied", "request has expired (signed %s, expires after %v)", sr.amzDate.Format(amzDateFormat), sr.expires)
 	}
 	if !hasSigned(sr.signedHeaders, "host") {
-		return denied("AccessDenied", "SignedHeaders must include host")
+		return nil, denied("AccessDenied", "SignedHeaders must include host")
 	}
 	// Every x-amz-* header and every conditional header must be signed, or
 	// whoever relays a signed request could add or strip them.
 	for name := range r.Header {
 		l := strings.ToLower(name)
 		if (strings.HasPrefix(l, "x-amz-") || strings.HasPrefix(l, "if-")) && !hasSigned(sr.signedHeaders, l) {
-			return denied("AccessDenied", "header %s is present but not signed", l)
+			return nil, denied("AccessDenied", "header %s is present but not signed", l)
 		}
 	}
 
@@ -114,30 +128,18 @@ func verifySigV4(r *http.Request, creds Credentials, maxSkew time.Duration, now 
 	if !sr.presigned || r.Header.Get(hdrContentSHA256) != "" {
 		payload = r.Header.Get(hdrContentSHA256)
 		if payload == "" {
-			return &authError{status: http.StatusBadRequest, code: "InvalidRequest",
+			return nil, &authError{status: http.StatusBadRequest, code: "InvalidRequest",
 				msg: "missing required header for this request: x-amz-content-sha256"}
 		}
 	}
+	var bodySum []byte // the body's signed SHA-256, nil when unsigned
 	if payload != unsignedPayload && !strings.HasPrefix(payload, streamingPrefix) {
-		want, err := hex.DecodeString(payload)
-		if err != nil || len(want) != sha256.Size {
-			return &authError{status: http.StatusBadRequest, code: "InvalidArgument",
+		h, err := hex.DecodeString(payload)
+		if err != nil || len(h) != sha256.Size {
+			return nil, &authError{status: http.StatusBadRequest, code: "InvalidArgument",
 				msg: "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-..., or the hex SHA-256 of the body"}
 		}
-		var body []byte
-		if r.Body != nil && r.Body != http.NoBody {
-			b, err := io.ReadAll(r.Body)
-			_ = r.Body.Close()
-			if err != nil {
-				return &authError{status: http.StatusBadRequest, code: "IncompleteBody", msg: "read request body: " + err.Error()}
-			}
-			body = b
-			r.Body = io.NopCloser(bytes.NewReader(body))
-		}
-		if got := sha256.Sum256(body); !hmac.Equal(got[:], want) {
-			return &authError{status: http.StatusBadRequest, code: "XAmzContentSHA256Mismatch",
-				msg: "the body's SHA-256 is not the x-amz-content-sha256 the request was signed with"}
-		}
+		bodySum = h
 	}
 
 	canonical := canonicalRequest(r, sr, payload)
@@ -151,9 +153,43 @@ func verifySigV4(r *http.Request, creds Credentials, maxSkew time.Duration, now 
 	want := hmacSHA256(key, toSign)
 	got, err := hex.DecodeString(sr.signature)
 	if err != nil || !hmac.Equal(got, want) {
-		return denied("SignatureDoesNotMatch", "the request signature we calculated does not match the signature you provided; check the secret access key and the signing method")
+		return nil, denied("SignatureDoesNotMatch", "the request signature we calculated does not match the signature you provided; check the secret access key and the signing method")
+	}
+	return bodySum, nil
+}
+
+// checkBodySum reads r's body, puts it back in r.Body, and checks it
+// against bodySum, the SHA-256 the request was signed with (nil: none).
+func checkBodySum(r *http.Request, bodySum []byte) *authError {
+	if bodySum == nil {
+		return nil
+	}
+	var body []byte
+	if r.Body != nil && r.Body != http.NoBody {
+		b, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			return bodyError(err)
+		}
+		body = b
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	if got := sha256.Sum256(body); !hmac.Equal(got[:], bodySum) {
+		return &authError{status: http.StatusBadRequest, code: "XAmzContentSHA256Mismatch",
+			msg: "the body's SHA-256 is not the x-amz-content-sha256 the request was signed with"}
 	}
 	return nil
+}
+
+// bodyError is the refusal of a body that could not be read whole: too
+// large (MaxBody), or cut off.
+func bodyError(err error) *authError {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &authError{status: http.StatusBadRequest, code: "EntityTooLarge",
+			msg: fmt.Sprintf("the request body exceeds this store's limit of %d bytes", tooBig.Limit)}
+	}
+	return &authError{status: http.StatusBadRequest, code: "IncompleteBody", msg: "read request body: " + err.Error()}
 }
 
 // parseSig reads the signature fields from the Authorization header, or

@@ -3,6 +3,7 @@ package replication_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,8 +24,9 @@ func TestFormatFixtures(t *testing.T) {
 		"records.ltx":   {Kind: replication.KindRecords, Epoch: 3, TxID: 7, Token: "0123456789abcdef0123456789abcdef", Pos: 12, Records: [][]byte{[]byte("hello"), []byte(""), []byte("world")}},
 		"seal.ltx":      {Kind: replication.KindSeal, Epoch: 3, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5},
 		"tombstone.ltx": {Kind: replication.KindTombstone, Epoch: 4, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5},
+		"snapshot.ltx":  {Kind: replication.KindSnapshot, Epoch: 5, TxID: 9, Token: "00112233445566778899aabbccddeeff", Pos: 16, State: []byte("state\x00of the app")},
 	}
-	keys := map[string]string{"records.ltx": replication.SlotKey("c", 3, 7), "seal.ltx": replication.SlotKey("c", 3, 8), "tombstone.ltx": replication.SlotKey("c", 4, 8)}
+	keys := map[string]string{"records.ltx": replication.SlotKey("c", 3, 7), "seal.ltx": replication.SlotKey("c", 3, 8), "tombstone.ltx": replication.SlotKey("c", 4, 8), "snapshot.ltx": replication.SnapshotKey("c", 5, 9)}
 	for name, f := range golden {
 		body, err := replication.Encode(f)
 		if err != nil {
@@ -44,8 +46,12 @@ func TestFormatFixtures(t *testing.T) {
 			t.Errorf("%s: encoding changed; the format is versioned, old buckets must stay readable", name)
 		}
 		got, err := replication.Decode(keys[name], want)
-		if err != nil || got.Kind != f.Kind || got.Pos != f.Pos || got.Token != f.Token || len(got.Records) != len(f.Records) {
-			t.Errorf("%s: decode %+v, %v", name, got, err)
+		if err != nil {
+			t.Errorf("%s: decode: %v", name, err)
+			continue
+		}
+		if diff := fileDiff(got, f); diff != "" {
+			t.Errorf("%s: decoded %s", name, diff)
 		}
 	}
 	// Damaged copies: every one is DEED-E031 naming the key.
@@ -72,4 +78,33 @@ func TestFormatFixtures(t *testing.T) {
 			t.Errorf("%s: got %v, want DEED-E031 naming %s", name, err, key)
 		}
 	}
+}
+
+// fileDiff names the first field in which got differs from want, every
+// one compared (a record's or a snapshot's bytes included), or "".
+func fileDiff(got, want *replication.File) string {
+	switch {
+	case got.Kind != want.Kind:
+		return fmt.Sprintf("kind %v, want %v", got.Kind, want.Kind)
+	case got.Epoch != want.Epoch:
+		return fmt.Sprintf("epoch %d, want %d", got.Epoch, want.Epoch)
+	case got.TxID != want.TxID:
+		return fmt.Sprintf("txid %d, want %d", got.TxID, want.TxID)
+	case got.Token != want.Token:
+		return fmt.Sprintf("token %q, want %q", got.Token, want.Token)
+	case got.Pos != want.Pos:
+		return fmt.Sprintf("pos %d, want %d", got.Pos, want.Pos)
+	case got.By != want.By:
+		return fmt.Sprintf("by %d, want %d", got.By, want.By)
+	case !bytes.Equal(got.State, want.State):
+		return fmt.Sprintf("state %q, want %q", got.State, want.State)
+	case len(got.Records) != len(want.Records):
+		return fmt.Sprintf("%d records, want %d", len(got.Records), len(want.Records))
+	}
+	for i := range want.Records {
+		if !bytes.Equal(got.Records[i], want.Records[i]) {
+			return fmt.Sprintf("record %d %q, want %q", i, got.Records[i], want.Records[i])
+		}
+	}
+	return ""
 }

@@ -2,7 +2,9 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/deedkit/deed/errcode"
 )
@@ -43,16 +45,53 @@ var transitions = map[state][]state{
 }
 
 // moveLocked moves the log to state to; l.mu must be held. A transition
-// the diagram above does not have is a bug in this package, and panics.
-func (l *Log) moveLocked(to state) {
+// the diagram above does not have is a bug in this package: it ends this
+// log, not the process (one cell's bug must not stop a node's other
+// cells). The log is then abandoned with the returned error (DEED-E011,
+// saying what to do): appends are refused, Close returns it, nothing more
+// is written or sealed (the cell's next owner seals the chain, as after
+// Abandon). Each such error is logged and counted (InternalErrors). The
+// caller calls forget once it has released l.mu.
+func (l *Log) moveLocked(to state) error {
 	for _, ok := range transitions[l.state] {
 		if ok == to {
 			l.state = to
-			return
+			return nil
 		}
 	}
-	panic(fmt.Sprintf("replication: log %s epoch %d: no transition from %s to %s", l.s.cell, l.epoch, l.state, to))
+	err := errcode.Errorf(errcode.CodeUnavailable, "log %s epoch %d: %w, no transition from %s to %s: "+
+		"the log has ended on this node and wrote nothing more; release the cell (or restart the node) to claim it afresh",
+		l.s.cell, l.epoch, ErrInternal, l.state, to)
+	internalErrors.Add(1)
+	l.s.cfg.logger.Error("log ended by an internal error (a bug in deed: please report it)", "cell", l.s.cell, "epoch", l.epoch, "err", err)
+	l.state = stateAbandoned
+	if l.err == nil {
+		l.err = err
+	}
+	c := l.closerLocked()
+	c.err = err
+	if c.stop != nil {
+		c.stop() // a Close attempt under way stops
+	}
+	if l.w != nil {
+		l.w.cancel() // the writer settles its queue with l.err and exits
+	}
+	return err
 }
+
+// ErrInternal is in the error of a log ended by an impossible state
+// transition (errors.Is). Such a log has nothing left to seal: its holder
+// releases the lease without sealing, as a crashed holder leaves it, and
+// the next owner seals the chain when it opens its log.
+var ErrInternal = errors.New("internal error")
+
+// internalErrors counts the logs ended by an impossible state transition.
+var internalErrors atomic.Uint64
+
+// InternalErrors is the number of logs this process ended because of an
+// impossible state transition (a bug in this package); the daemon exports
+// it as deed_log_internal_errors_total. Each ended only its own log.
+func InternalErrors() uint64 { return internalErrors.Load() }
 
 // final reports whether the log has ended for good (closed or abandoned).
 func (s state) final() bool { return s == stateClosed || s == stateAbandoned }
@@ -102,20 +141,28 @@ func (l *Log) Close(ctx context.Context) error {
 	}
 	// The first attempt, or a retry after one that failed (a store outage,
 	// a deadline): appends stay refused either way.
-	l.moveLocked(stateClosing)
+	if err := l.moveLocked(stateClosing); err != nil {
+		l.mu.Unlock()
+		forget(l)
+		return err
+	}
 	l.closerLocked().done = make(chan struct{})
 	l.kickLocked()
 	l.mu.Unlock()
 	err := l.close(ctx)
 	l.mu.Lock()
 	l.closerLocked().err, l.closerLocked().stop = err, nil
+	var merr error
 	switch {
 	case l.state == stateAbandoning:
-		l.moveLocked(stateAbandoned)
+		merr = l.moveLocked(stateAbandoned)
 	case err == nil:
-		l.moveLocked(stateClosed)
+		merr = l.moveLocked(stateClosed)
 	default:
-		l.moveLocked(stateCloseFailed)
+		merr = l.moveLocked(stateCloseFailed)
+	}
+	if merr != nil {
+		err = merr
 	}
 	final, done := l.state.final(), l.closerLocked().done
 	l.mu.Unlock()
@@ -149,11 +196,15 @@ func (l *Log) Abandon() {
 	settle := false
 	switch l.state {
 	case stateClosing: // the attempt under way ends the log
-		l.moveLocked(stateAbandoning)
-		stopClose = l.closerLocked().stop
+		if l.moveLocked(stateAbandoning) == nil {
+			stopClose = l.closerLocked().stop
+		} else {
+			settle = true
+		}
 	case stateOpen, stateCloseFailed:
-		l.moveLocked(stateAbandoned)
-		l.closerLocked().err = l.err
+		if l.moveLocked(stateAbandoned) == nil {
+			l.closerLocked().err = l.err
+		}
 		settle = true
 	}
 	cancel, stopped := l.writerLocked()

@@ -1,8 +1,10 @@
 // Package storetest gives tests the non-S3 stores to run against:
 // fake-gcs-server (when DEED_FAKEGCS names its binary) and Azurite (when
 // DEED_AZURITE names its azurite-blob script). `make test-stores` installs
-// both and sets the variables; without them the targets are skipped with a
-// log line that says so, which keeps `make test` self-contained.
+// both and sets the variables; without them the targets are skipped (a
+// subtest per target that go test counts as SKIP, see s3test.SkipTarget),
+// which keeps `make test` self-contained, unless DEED_REQUIRE_STORES names
+// them (`make test-stores` sets it): then a missing emulator fails.
 //
 // Each call starts an emulator process of its own on 127.0.0.1, stopped by
 // PID when the test ends (and killed by the kernel if the test binary dies
@@ -76,13 +78,13 @@ func Targets(t testing.TB) []Target {
 }
 
 // FakeGCS starts fake-gcs-server (memory backend) for this test and opens
-// a fresh bucket on it through bucket/gcs. ok is false (and the reason
-// logged) when DEED_FAKEGCS is unset.
+// a fresh bucket on it through bucket/gcs. ok is false (and the skip
+// reported by s3test.SkipTarget) when DEED_FAKEGCS is unset.
 func FakeGCS(t testing.TB) (Target, bool) {
 	t.Helper()
 	bin := os.Getenv(EnvFakeGCS)
 	if bin == "" {
-		t.Logf("storetest: fake-gcs-server target skipped: %s is not set (make test-stores sets it)", EnvFakeGCS)
+		s3test.SkipTarget(t, "fakegcs", EnvFakeGCS+" is not set (make test-stores sets it)")
 		return Target{}, false
 	}
 	// The seed directory holds one bucket with one object, both named at
@@ -128,12 +130,13 @@ func FakeGCS(t testing.TB) (Target, bool) {
 
 // Azurite starts Azurite's blob service for this test, with a random
 // account of its own, and opens a fresh container through bucket/azblob.
-// ok is false (and the reason logged) when DEED_AZURITE is unset.
+// ok is false (and the skip reported by s3test.SkipTarget) when
+// DEED_AZURITE is unset.
 func Azurite(t testing.TB) (Target, bool) {
 	t.Helper()
 	script := os.Getenv(EnvAzurite)
 	if script == "" {
-		t.Logf("storetest: Azurite target skipped: %s is not set (make test-stores sets it)", EnvAzurite)
+		s3test.SkipTarget(t, "azurite", EnvAzurite+" is not set (make test-stores sets it)")
 		return Target{}, false
 	}
 	account := "deed" + randHex(5)

@@ -85,24 +85,20 @@ func BenchmarkE2EIdleCellRSS(b *testing.B) {
 // once it is idle.
 func idleCellsRSS(t *testing.T, n int) (rss0, rss1, heap0, heap1 int64) {
 	bin := plainDeedBinary(t)
-	s3 := freeAddr(t)
 	// The store keeps its objects in memory and checks no signatures: what
 	// is measured is the daemon, and a store that fsyncs every PUT (--dir)
 	// and verifies every signature would make 50,000 acquisitions take
 	// several minutes on a small machine. The daemon signs its requests
 	// as it would for any store.
-	startCmd(t, exec.Command(bin, "fakes3", "--listen", s3, "--bucket", "rss", "--no-auth"), "deed fakes3")
-	waitS3(t, s3)
+	s3 := waitS3(t, startCmd(t, exec.Command(bin, "fakes3", "--listen", anyPort, "--bucket", "rss", "--no-auth"), "deed fakes3"))
 	creds := fakes3.Credentials{AccessKeyID: "rss", SecretAccessKey: "rss"}
-	addr := freeAddr(t)
 	// A long TTL: on a loaded machine the burst must not starve the node
 	// lease's renewals into a fence (what is measured is memory).
-	cmd := exec.Command(bin, "run", "--node", "rss-node", "--listen", addr, "--ttl", "30s")
+	cmd := exec.Command(bin, "run", "--node", "rss-node", "--listen", anyPort, "--ttl", "30s")
 	cmd.Env = append(os.Environ(), "DEED_BUCKET=s3://rss/test", "DEED_ENDPOINT=http://"+s3,
 		"AWS_ACCESS_KEY_ID="+creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY="+creds.SecretAccessKey, "AWS_REGION=us-east-1")
 	p := startCmd(t, cmd, "deed run")
-	base := "http://" + addr
-	waitHTTP(t, base+"/readyz", 30*time.Second)
+	base := waitNode(t, p, "rss-node")
 	settle := func() (int64, int64) {
 		// Writers that went idle exit; the daemon returns the burst's
 		// free memory to the OS within two trim intervals of going idle.

@@ -5,17 +5,18 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
@@ -54,14 +55,58 @@ func deedBinary(t *testing.T) string {
 	return binPath
 }
 
-func freeAddr(t *testing.T) string {
+// anyPort is the --listen (and --s3-listen) of every process the tests
+// start: the child binds a free port itself and names it in its output
+// (banner, log), where the test reads it. A port the test picked and
+// released could be taken by another process before the child binds it,
+// and the test would then talk to that process.
+const anyPort = "127.0.0.1:0"
+
+// What the children print once they serve, each with the URL they serve
+// as the first group: `deed fakes3`'s banner; `deed run`'s log line when
+// its API listens (before the store is probed), its banner once the node
+// is ready, and the banner's line for its embedded store.
+var (
+	fakeS3Banner    = regexp.MustCompile(`(?m)^deed fakes3: serving (http://[^ ]+) `)
+	apiListening    = regexp.MustCompile(`msg="API listening; [^"]*" addr=(https?://\S+)`)
+	runBanner       = regexp.MustCompile(`(?m)^deed node [^ ]+ serving (https?://[^ \n]+)$`)
+	embeddedBanner  = regexp.MustCompile(`(?m)^store: embedded store [^ ]+ at (http://[^ ]+) `)
+	bannerWaitLimit = 60 * time.Second
+)
+
+// reported waits until p's output matches re and returns the first group.
+// It fails at once when p exits first: a child that could not start is not
+// waited on for the whole limit, and whatever else answers on a port is
+// never taken for it.
+func reported(t *testing.T, p *proc, re *regexp.Regexp, limit time.Duration) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(limit)
+	for {
+		if m := re.FindStringSubmatch(p.out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case <-p.done:
+			if m := re.FindStringSubmatch(p.out.String()); m != nil {
+				return m[1]
+			}
+			t.Fatalf("the process exited (%v) before printing %s:\n%s", p.cmd.ProcessState, re, p.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v:\n%s", re, limit, p.out.String())
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+}
+
+// waitNode waits until `deed run` p, node, is ready: its banner names the
+// API's URL, and /readyz there answers 200 from that node (Deed-Node).
+// It returns the URL.
+func waitNode(t *testing.T, p *proc, node string) string {
+	t.Helper()
+	base := reported(t, p, runBanner, bannerWaitLimit)
+	waitHTTP(t, p, base+"/readyz", node, 30*time.Second)
+	return base
 }
 
 // proc is a running deed process whose output is kept for failure reports.
@@ -117,21 +162,33 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 	}
 }
 
-// waitHTTP polls url until it answers 200.
-func waitHTTP(t *testing.T, url string, limit time.Duration) {
+// waitHTTP polls url, served by p, until it answers 200 from node (its
+// Deed-Node header: not another server on the port). It fails at once
+// when p has exited.
+func waitHTTP(t *testing.T, p *proc, url, node string, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
+	last := ""
 	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			t.Fatalf("the process serving %s exited (%v):\n%s", url, p.cmd.ProcessState, p.out.String())
+		default:
+		}
 		resp, err := http.Get(url)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			got := resp.Header.Get(daemon.HeaderNode)
+			if resp.StatusCode == 200 && got == node {
 				return
 			}
+			last = fmt.Sprintf("%d from node %q", resp.StatusCode, got)
+		} else {
+			last = err.Error()
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("%s not ready within %v", url, limit)
+	t.Fatalf("%s not ready (200 from node %q) within %v; last: %s", url, node, limit, last)
 }
 
 // e2eCluster is one `deed fakes3` store and the environment to use it.
@@ -143,10 +200,9 @@ type e2eCluster struct {
 
 func newE2ECluster(t *testing.T) *e2eCluster {
 	t.Helper()
-	s3 := freeAddr(t)
 	dir := t.TempDir()
-	p := startDeed(t, nil, "fakes3", "--listen", s3, "--bucket", "e2e", "--dir", dir)
-	waitS3(t, s3)
+	p := startDeed(t, nil, "fakes3", "--listen", anyPort, "--bucket", "e2e", "--dir", dir)
+	s3 := waitS3(t, p)
 	// The store checks signatures against the credentials it generated in
 	// its directory before it started listening.
 	creds, err := fakes3.LoadCredentials(filepath.Join(dir, fakes3.CredentialsFile))
@@ -159,27 +215,19 @@ func newE2ECluster(t *testing.T) *e2eCluster {
 	}}
 }
 
-func waitS3(t *testing.T, addr string) {
+// waitS3 waits for `deed fakes3` p to serve and returns its address
+// (host:port), read from its banner, which it prints once it listens.
+func waitS3(t *testing.T, p *proc) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if conn, err := net.Dial("tcp", addr); err == nil {
-			conn.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("fakes3 on %s did not start", addr)
+	return strings.TrimPrefix(reported(t, p, fakeS3Banner, bannerWaitLimit), "http://")
 }
 
 // daemon starts `deed run` as node and returns its API base URL.
 func (c *e2eCluster) daemon(t *testing.T, node string, extra ...string) (*proc, string) {
 	t.Helper()
-	addr := freeAddr(t)
-	args := append([]string{"run", "--node", node, "--listen", addr, "--ttl", "2s"}, extra...)
+	args := append([]string{"run", "--node", node, "--listen", anyPort, "--ttl", "2s"}, extra...)
 	p := startDeed(t, c.env, args...)
-	waitHTTP(t, "http://"+addr+"/readyz", 30*time.Second)
-	return p, "http://" + addr
+	return p, waitNode(t, p, node)
 }
 
 // cli runs a one-shot deed command against the cluster's store.

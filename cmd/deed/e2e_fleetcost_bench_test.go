@@ -65,9 +65,9 @@ func idleFleet(t *testing.T, n int) (reqs, gets float64) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			addr := freeAddr(t)
-			startDeed(t, env, "run", "--node", fmt.Sprintf("n%02d", i), "--listen", addr, "--ttl", ttl.String(), "--fleet-secret-file", secret)
-			waitHTTP(t, "http://"+addr+"/readyz", 60*time.Second)
+			node := fmt.Sprintf("n%02d", i)
+			p := startDeed(t, env, "run", "--node", node, "--listen", anyPort, "--ttl", ttl.String(), "--fleet-secret-file", secret)
+			waitNode(t, p, node)
 		})
 	}
 	wg.Wait()

@@ -47,10 +47,7 @@ func TestE2EClaimOnDaemonHostDoesNotFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	startDeed(t, c.env, "run", "--listen", addr, "--ttl", "2s")
-	api := "http://" + addr
-	waitHTTP(t, api+"/readyz", 30*time.Second)
+	api := waitNode(t, startDeed(t, c.env, "run", "--listen", anyPort, "--ttl", "2s"), host)
 	if st, body := post(t, api+"/v1/cells/inv/append", "one"); st != 200 {
 		t.Fatalf("append: %d %s", st, body)
 	}

@@ -127,9 +127,8 @@ func TestE2EAppendAnswersMatchBucketOnDrain(t *testing.T) {
 		}
 	}()
 	env := append(append([]string(nil), c.env...), envEndpoint+"="+srv.URL)
-	api := "http://" + freeAddr(t)
-	d := startDeed(t, env, "run", "--node", "node-a", "--listen", strings.TrimPrefix(api, "http://"), "--ttl", "2s", "--drain-timeout", "8s")
-	waitHTTP(t, api+"/readyz", 30*time.Second)
+	d := startDeed(t, env, "run", "--node", "node-a", "--listen", anyPort, "--ttl", "2s", "--drain-timeout", "8s")
+	api := waitNode(t, d, "node-a")
 
 	cells := []string{"d0", "d1", "d2"}
 	var answers []appendAnswer

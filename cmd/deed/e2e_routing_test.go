@@ -69,10 +69,10 @@ func TestE2EFleetRouting(t *testing.T) {
 	if err := os.WriteFile(short, []byte("too-short\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if st, out := c.cli(t, "run", "--node", "n0", "--listen", freeAddr(t), "--fleet-secret-file", short); st != 2 || !strings.Contains(out, string(errcode.CodeBadRequest)) {
+	if st, out := c.cli(t, "run", "--node", "n0", "--listen", anyPort, "--fleet-secret-file", short); st != 2 || !strings.Contains(out, string(errcode.CodeBadRequest)) {
 		t.Fatalf("run with a short fleet secret: exit %d: %s", st, out)
 	}
-	if st, out := c.cli(t, "run", "--node", "n0", "--listen", freeAddr(t), "--weight", "0"); st != 2 || !strings.Contains(out, string(errcode.CodeBadRequest)) {
+	if st, out := c.cli(t, "run", "--node", "n0", "--listen", anyPort, "--weight", "0"); st != 2 || !strings.Contains(out, string(errcode.CodeBadRequest)) {
 		t.Fatalf("run with --weight 0: exit %d: %s", st, out)
 	}
 
@@ -85,17 +85,15 @@ func TestE2EFleetRouting(t *testing.T) {
 		if i == 2 {
 			extra = nil // from the environment instead
 		}
-		addr := freeAddr(t)
-		args := append([]string{"run", "--node", n, "--listen", addr, "--ttl", ttl.String()}, extra...)
+		args := append([]string{"run", "--node", n, "--listen", anyPort, "--ttl", ttl.String()}, extra...)
 		env := c.env
 		if i == 2 {
 			env = append(append([]string{}, c.env...), envFleetSecret+"="+secretFile)
 		}
 		procs[n] = startDeed(t, env, args...)
-		base[n] = "http://" + addr
 	}
 	for _, n := range names {
-		waitHTTP(t, base[n]+"/readyz", 30*time.Second)
+		base[n] = waitNode(t, procs[n], n)
 	}
 	// Each node lists the node leases every TTL/3: after 1.5 TTL every one
 	// has seen the others, with room for a slow LIST on a loaded machine.
@@ -196,10 +194,7 @@ func TestE2EFleetRouting(t *testing.T) {
 	// A 4th node joins: within a minute it holds a share of the cells,
 	// handed off to it while appends keep going through n1, and every
 	// acknowledged record is intact.
-	addr4 := freeAddr(t)
-	startDeed(t, c.env, "run", "--node", "n4", "--listen", addr4, "--ttl", ttl.String(), "--fleet-secret-file", secretFile)
-	base["n4"] = "http://" + addr4
-	waitHTTP(t, base["n4"]+"/readyz", 30*time.Second)
+	base["n4"] = waitNode(t, startDeed(t, c.env, "run", "--node", "n4", "--listen", anyPort, "--ttl", ttl.String(), "--fleet-secret-file", secretFile), "n4")
 	joined := time.Now()
 	acked := map[string][]string{}
 	answers := map[int]int{}

@@ -60,14 +60,14 @@ func TestE2ERunBindsBeforeProbe(t *testing.T) {
 		t.Fatalf("deed run on a port in use: exit %d:\n%s", code, p.out.String())
 	}
 
-	addr := freeAddr(t)
-	startDeed(t, storeEnv(store), "run", "--node", "n", "--listen", addr)
-	waitHTTP(t, "http://"+addr+"/healthz", 20*time.Second)
-	st, body := get(t, "http://"+addr+"/readyz")
+	p = startDeed(t, storeEnv(store), "run", "--node", "n", "--listen", anyPort)
+	api := reported(t, p, apiListening, 20*time.Second)
+	waitHTTP(t, p, api+"/healthz", "n", 20*time.Second)
+	st, body := get(t, api+"/readyz")
 	if st != 503 || !strings.Contains(body, "starting") {
 		t.Fatalf("/readyz during the probe: %d %s", st, body)
 	}
-	st, body = post(t, "http://"+addr+"/v1/cells/c/append", "x")
+	st, body = post(t, api+"/v1/cells/c/append", "x")
 	if st != 503 || !strings.Contains(body, string(errcode.CodeUnavailable)) || !strings.Contains(body, `"applied":"no"`) {
 		t.Fatalf("append during the probe: %d %s", st, body)
 	}

@@ -59,10 +59,11 @@ func TestE2EDamagedStoreFile(t *testing.T) {
 				if err := os.WriteFile(path, c.body, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				s3 := freeAddr(t)
-				args := []string{"run", "--embedded-store", "--node", "n1", "--listen", freeAddr(t), "--s3-listen", s3, "--data-dir", dataDir}
+				args := []string{"run", "--embedded-store", "--node", "n1", "--listen", anyPort, "--s3-listen", anyPort, "--data-dir", dataDir}
+				served := embeddedBanner
 				if command == "fakes3" {
-					args = []string{"fakes3", "--dir", dir, "--listen", s3}
+					args = []string{"fakes3", "--dir", dir, "--listen", anyPort}
+					served = fakeS3Banner
 				}
 				p := startDeed(t, []string{envBucket + "=", envToken + "="}, args...)
 				select {
@@ -70,8 +71,9 @@ func TestE2EDamagedStoreFile(t *testing.T) {
 				case <-time.After(20 * time.Second):
 					// Still serving the damaged store: read what it held,
 					// which is where a truncated file faults.
+					s3 := reported(t, p, served, time.Second)
 					for i := range 16 {
-						if resp, err := http.Get(fmt.Sprintf("http://%s/%s/cells/c%02d/own.json", s3, defaultFakeBucket, i)); err == nil {
+						if resp, err := http.Get(fmt.Sprintf("%s/%s/cells/c%02d/own.json", s3, defaultFakeBucket, i)); err == nil {
 							resp.Body.Close()
 						}
 					}

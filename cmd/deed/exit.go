@@ -10,7 +10,7 @@ func codeExitStatus(c errcode.Code) int {
 	switch c {
 	case "":
 		return 0
-	case errcode.CodeInvalidName, errcode.CodeInvalidLease, errcode.CodeBadRequest, errcode.CodeUnauthorized:
+	case errcode.CodeInvalidName, errcode.CodeInvalidLease, errcode.CodeBadRequest, errcode.CodeUnauthorized, errcode.CodeCrossSite:
 		return 2
 	case errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNodeFenced:
 		return 3

@@ -187,9 +187,14 @@ func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool, 
 		{envEndpoint, url},
 		{envBucket, "s3://" + names[0]},
 	}
-	if creds != nil {
+	switch {
+	case creds != nil && credsFile != "":
+		// The key pair is in its 0600 file: the banner names the file and
+		// never prints the secret, which under a supervisor would land in
+		// the journal at every start.
+	case creds != nil:
 		env = append(env, [2]string{envAccessKeyID, creds.AccessKeyID}, [2]string{envSecretAccessKey, creds.SecretAccessKey})
-	} else {
+	default:
 		// Open store: the SDK still needs something to sign with.
 		env = append(env, [2]string{envAccessKeyID, "any"}, [2]string{envSecretAccessKey, "any"})
 	}
@@ -226,7 +231,8 @@ func printFakeBanner(cfg *config, url, dir string, names []string, ignore bool, 
 		fmt.Fprintf(w, "Use it from another shell (any access key and secret will do):\n")
 	} else if credsFile != "" {
 		fmt.Fprintf(w, "Requests must be signed with its access key, kept in %s (mode 0600).\n", credsFile)
-		fmt.Fprintf(w, "Use it from another shell (the two AWS_ lines are what '. %s' sets):\n", credsFile)
+		fmt.Fprintf(w, "Use it from another shell:\n")
+		fmt.Fprintf(w, "  . %s\n", credsFile)
 	} else {
 		fmt.Fprintf(w, "Requests must be signed with this access key (new at every start of a store in memory).\n")
 		fmt.Fprintf(w, "Use it from another shell:\n")

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -25,10 +27,14 @@ import (
 
 // TestMain stops versitygw after the tests when DEED_VERSITYGW started it.
 // Started as deed exec's guard (in-process exec tests re-execute the test
-// binary), it is that guard instead.
+// binary), it is that guard instead, and started as the README
+// walkthrough's curl (on a machine without curl), that.
 func TestMain(m *testing.M) {
 	if guardMode() {
 		os.Exit(runGuard(os.Stdin, os.Stderr))
+	}
+	if os.Getenv(curlStandInEnv) == "1" {
+		os.Exit(curlStandIn(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	s3test.Main(m)
 }
@@ -287,11 +293,23 @@ func startFake(t *testing.T, args ...string) (endpoint string, creds aws.Credent
 		})
 	}()
 	re := regexp.MustCompile(`export DEED_ENDPOINT=(\S+)(?s:.*)export AWS_ACCESS_KEY_ID=(\S+)\n  export AWS_SECRET_ACCESS_KEY=(\S+)`)
+	// With --dir the banner names the credentials file instead.
+	reFile := regexp.MustCompile(`\n  \. (\S+)\n(?s:.*)export DEED_ENDPOINT=(\S+)`)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			endpoint = m[1]
 			creds = credentials.NewStaticCredentialsProvider(m[2], m[3], "")
+			break
+		}
+		if m := reFile.FindStringSubmatch(out.String()); m != nil {
+			c, err := fakes3.LoadCredentials(m[1])
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			endpoint = m[2]
+			creds = credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, "")
 			break
 		}
 		select {
@@ -330,11 +348,36 @@ func TestFakes3Command(t *testing.T) {
 	if res.status != 0 {
 		t.Errorf("fakes3 exit %d, stderr %s", res.status, res.stderr)
 	}
+	credsFile := filepath.Join(dir, fakes3.CredentialsFile)
 	for _, want := range []string{"serving " + endpoint, "persisted in " + dir, "buckets: play, other",
-		"export DEED_BUCKET=s3://play", "export AWS_ACCESS_KEY_ID="} {
+		"export DEED_BUCKET=s3://play", "  . " + credsFile + "\n"} {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("banner lacks %q:\n%s", want, res.stdout)
 		}
+	}
+	// The secret lives in its 0600 file; the banner, which a supervisor
+	// keeps in its journal, never prints it.
+	c, err := fakes3.LoadCredentials(credsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.stdout, c.SecretAccessKey) || strings.Contains(res.stdout, envSecretAccessKey) {
+		t.Errorf("the banner of a store with --dir prints its secret key:\n%s", res.stdout)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var out daemontest.SyncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, invocation{Args: []string{"--json", "fakes3", "--listen", "127.0.0.1:0", "--dir", dir}, Stdout: &out, Stderr: io.Discard,
+			Getenv: func(string) string { return "" }})
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "\n") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if !strings.Contains(out.String(), credsFile) || strings.Contains(out.String(), c.SecretAccessKey) {
+		t.Errorf("--json banner with --dir: %s, want the credentials file and not the secret", out.String())
 	}
 }
 

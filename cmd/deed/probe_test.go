@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +64,64 @@ func TestProbeText(t *testing.T) {
 		if got := b.String(); got != probeTextWant[i] {
 			t.Errorf("report %d:\n got %q\nwant %q", i, got, probeTextWant[i])
 		}
+		probeTextSays(t, b.String(), r)
+	}
+}
+
+// probeTextSays checks, independently of the goldens, what a probe text
+// must say of r: the target, one line per check in order with its status
+// and detail, and a last line with the verdict, its code and the error.
+func probeTextSays(t *testing.T, text string, r probe.Report) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if len(lines) != len(r.Checks)+3 {
+		t.Errorf("%d lines, want a header, %d checks, quirks and verdict:\n%s", len(lines), len(r.Checks), text)
+		return
+	}
+	target := cmp.Or(r.Bucket, "bucket")
+	if want := fmt.Sprintf("deed probe: %s (scratch prefix %s, %d racers)", target, r.Prefix, r.Racers); lines[0] != want {
+		t.Errorf("header %q, want %q", lines[0], want)
+	}
+	for i, c := range r.Checks {
+		status := "PASS"
+		switch {
+		case c.Inconclusive:
+			status = "ERR"
+		case !c.OK:
+			status = "FAIL"
+		case c.Warning:
+			status = "WARN"
+		}
+		f := strings.Fields(lines[1+i])
+		if len(f) < 3 || f[0] != status || f[1] != c.Name || !strings.HasSuffix(lines[1+i], "  "+c.Detail) {
+			t.Errorf("check %s: line %q, want %s, its name and %q", c.Name, lines[1+i], status, c.Detail)
+		}
+	}
+	if !strings.HasPrefix(lines[len(lines)-2], "quirks: ") {
+		t.Errorf("no quirks line: %q", lines[len(lines)-2])
+	}
+	verdict := lines[len(lines)-1]
+	var want string
+	switch r.Verdict {
+	case probe.VerdictPass:
+		want = "verdict: PASS in "
+	case probe.VerdictWarn:
+		want = fmt.Sprintf("verdict: PASS with %d warning(s) in ", r.Warnings())
+	case probe.VerdictFail:
+		want = "verdict: FAIL (" + string(r.Code) + "): "
+	case probe.VerdictError:
+		want = "verdict: ERROR (" + string(r.Code) + "): "
+	}
+	if want == "" || !strings.HasPrefix(verdict, want) {
+		t.Errorf("verdict line %q, want it to start %q", verdict, want)
+	}
+	// A probe that could not finish says why (a failed one names its
+	// failed checks above).
+	if r.Verdict == probe.VerdictError && !strings.HasSuffix(verdict, ": "+r.Error) {
+		t.Errorf("verdict line %q, want it to end with the error %q", verdict, r.Error)
+	}
+	if r.OK != strings.Contains(verdict, "the store honours conditional writes") {
+		t.Errorf("verdict line %q for a report with OK=%v", verdict, r.OK)
 	}
 }
 
@@ -84,7 +144,10 @@ func TestProbeTextOfRuns(t *testing.T) {
 	m.SetIgnoreConditions(true)
 	rep, _ := probe.Run(t.Context(), m, probe.Options{Racers: 8})
 	var b bytes.Buffer
-	_ = writeProbeText(&b, rep)
+	if err := writeProbeText(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	probeTextSays(t, b.String(), rep)
 	if s := b.String(); !strings.Contains(s, "verdict: FAIL (DEED-E010)") || !strings.Contains(s, "FAIL  race") {
 		t.Errorf("text report:\n%s", s)
 	}
@@ -94,7 +157,10 @@ func TestProbeTextOfRuns(t *testing.T) {
 		t.Fatalf("probe: %v", err)
 	}
 	b.Reset()
-	_ = writeProbeText(&b, rep)
+	if err := writeProbeText(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	probeTextSays(t, b.String(), rep)
 	if s := b.String(); !strings.Contains(s, "WARN  conditional-delete") || !strings.Contains(s, "PASS with 1 warning") {
 		t.Errorf("text report:\n%s", s)
 	}

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -67,44 +71,134 @@ func startShell(t *testing.T, dir, script string, stdin io.Reader) *proc {
 	return startCmd(t, cmd, "sh -c "+strconv.Quote(script))
 }
 
+// curlStandInEnv makes the test binary act as curl (see curlStandIn).
+const curlStandInEnv = "DEED_TEST_AS_CURL"
+
+// provideCurl makes sure the walkthrough's shells find a curl: the real one
+// when it is installed, else the test binary standing in for it (the same
+// requests, the same output), so that the walkthrough runs on every
+// machine instead of skipping where curl is missing.
+func provideCurl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err == nil {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := "#!/bin/sh\n" + curlStandInEnv + "=1 exec " + strconv.Quote(self) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "curl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Log("curl is not installed: the walkthrough's curl commands run through the test binary")
+}
+
+// curlStandIn is the subset of curl the README uses: [-X METHOD]
+// [--data-binary DATA] URL. It prints the answer's body and, like curl
+// without -f, exits 0 whatever the status; 7 when it cannot connect, 2 on
+// anything else it does not understand (so a README that starts using more
+// of curl fails here rather than sending another request).
+func curlStandIn(args []string, stdout, stderr io.Writer) int {
+	method, url := "", ""
+	var body io.Reader
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case (a == "-X" || a == "--data-binary") && i+1 < len(args):
+			i++
+			if a == "-X" {
+				method = args[i]
+			} else if strings.HasPrefix(args[i], "@") {
+				fmt.Fprintf(stderr, "curl stand-in: --data-binary @file is not supported\n")
+				return 2
+			} else {
+				body = strings.NewReader(args[i])
+			}
+		case !strings.HasPrefix(a, "-") && url == "":
+			url = a
+		default:
+			fmt.Fprintf(stderr, "curl stand-in: unsupported argument %q\n", a)
+			return 2
+		}
+	}
+	if method == "" {
+		method = "GET"
+		if body != nil {
+			method = "POST"
+		}
+	}
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		fmt.Fprintf(stderr, "curl stand-in: %v\n", err)
+		return 2
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded") // as curl sends it
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "curl stand-in: %v\n", err)
+		return 7
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(stdout, resp.Body); err != nil {
+		fmt.Fprintf(stderr, "curl stand-in: %v\n", err)
+		return 56
+	}
+	return 0
+}
+
 // TestE2EReadmeTwoNodes runs the README's two-node walkthrough as written:
 // each terminal is a shell of its own, the binary and the ports are
-// substituted, and "Ctrl-C in terminal 2" is a SIGINT to that terminal's
-// deed. The walkthrough used to share node one's embedded store, so
+// substituted (each process listens on port 0 and the port it reports is
+// put into the terminals after it), and "Ctrl-C in terminal 2" is a SIGINT
+// to that terminal's deed. The walkthrough used to share node one's embedded store, so
 // stopping node one took the store away and fenced node two.
 func TestE2EReadmeTwoNodes(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("the walkthrough uses curl, which is not installed here")
-	}
+	provideCurl(t)
 	bin := deedBinary(t)
 	block := readmeBlock(t, "<!-- two-node walkthrough -->")
-	s3, one, two := freeAddr(t), freeAddr(t), freeAddr(t)
-	block = strings.NewReplacer("bin/deed", bin, "127.0.0.1:9000", s3, "127.0.0.1:7480", one, "127.0.0.1:7490", two).Replace(block)
+	block = strings.ReplaceAll(block, "bin/deed", bin)
 	term := terminals(block)
 	if len(term) != 4 {
 		t.Fatalf("want 4 terminals in the walkthrough, got %d:\n%s", len(term), block)
+	}
+	// The README's addresses, each replaced by the one its process reports.
+	const readmeS3, readmeOne, readmeTwo = "127.0.0.1:9000", "127.0.0.1:7480", "127.0.0.1:7490"
+	addr := map[string]string{readmeS3: anyPort, readmeOne: anyPort, readmeTwo: anyPort}
+	subst := func(n string) []string {
+		var out []string
+		for _, l := range term[n] {
+			for from, to := range addr {
+				l = strings.ReplaceAll(l, from, to)
+			}
+			out = append(out, l)
+		}
+		return out
 	}
 	dir := t.TempDir()
 	// Terminals 1 to 3 end in a command that runs until Ctrl-C: the shell
 	// execs it, so a SIGINT reaches deed as Ctrl-C would.
 	long := func(n string) *proc {
-		lines := term[n]
+		lines := subst(n)
 		lines[len(lines)-1] = "exec " + lines[len(lines)-1]
 		return startShell(t, dir, strings.Join(lines, "\n"), nil)
 	}
 	store := long("1")
-	waitS3(t, s3)
+	addr[readmeS3] = waitS3(t, store)
 	node1 := long("2")
-	waitHTTP(t, "http://"+one+"/readyz", 30*time.Second)
+	addr[readmeOne] = strings.TrimPrefix(waitNode(t, node1, "one"), "http://")
 	node2 := long("3")
-	waitHTTP(t, "http://"+two+"/readyz", 30*time.Second)
+	addr[readmeTwo] = strings.TrimPrefix(waitNode(t, node2, "two"), "http://")
 
 	// Terminal 4 is one shell; at "Ctrl-C in terminal 2" it says so and
 	// waits for the test to press it.
 	ctrlC := regexp.MustCompile(`^# Ctrl-C in terminal (\d+)`)
 	var script []string
 	var pressed []string
-	for _, line := range term["4"] {
+	for _, line := range subst("4") {
 		if m := ctrlC.FindStringSubmatch(line); m != nil {
 			script = append(script, "echo CTRL-C-"+m[1], "read _")
 			pressed = append(pressed, m[1])
@@ -163,5 +257,32 @@ func TestE2EReadmeTwoNodes(t *testing.T) {
 	node2.signal(t, syscall.SIGINT)
 	if code := node2.wait(t, 30*time.Second); code != 0 {
 		t.Errorf("node two exited %d after Ctrl-C:\n%s", code, node2.out.String())
+	}
+}
+
+// The curl stand-in sends what curl would for the README's commands, and
+// refuses what it does not implement instead of guessing.
+func TestCurlStandIn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.RequestURI(), b)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"-X", "POST", "--data-binary", "hello", srv.URL + "/a"}, 0, "POST /a hello"},
+		{[]string{srv.URL + "/r?after=0&barrier=true"}, 0, "GET /r?after=0&barrier=true "},
+		{[]string{"--data-binary", "x", srv.URL}, 0, "POST / x"},
+		{[]string{"-f", srv.URL}, 2, ""},
+		{[]string{"--data-binary", "@file", srv.URL}, 2, ""},
+		{[]string{"http://127.0.0.1:1/"}, 7, ""},
+	} {
+		var out, errOut strings.Builder
+		if code := curlStandIn(tc.args, &out, &errOut); code != tc.code || out.String() != tc.out {
+			t.Errorf("curl %q: exit %d %q (%s), want %d %q", tc.args, code, out.String(), errOut.String(), tc.code, tc.out)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/internal/serve"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -125,7 +126,7 @@ released, then the node lease; a peer can claim every cell at once.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&rf.listen, "listen", "127.0.0.1:7480", "address of the HTTP API")
+	f.StringVar(&rf.listen, "listen", "127.0.0.1:7480", "address of the HTTP API (port 0 picks a free one, named in the log and banner)")
 	f.StringVar(&rf.advertise, "advertise", "", "address peers and clients should use for this node, stored in its node lease (default http://<listen>)")
 	f.DurationVar(&rf.ttl, "ttl", 10*time.Second, "node lease TTL; renewed every TTL/3, peers take over after TTL+margin of silence")
 	f.StringVar(&rf.dataDir, "data-dir", "./deed-data", "where the embedded store keeps its objects (only without --bucket)")
@@ -191,16 +192,19 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if err != nil {
 		return err
 	}
-	if rf.advertise == "" {
-		rf.advertise = scheme + rf.listen
-	}
-
 	// The API's port is bound first, so that "address in use" fails at
 	// once, and /healthz answers while the store is probed (/readyz says
 	// not ready until the daemon is up).
 	ln, err := net.Listen("tcp", rf.listen)
 	if err != nil {
 		return errcode.Errorf(errcode.CodeBadRequest, "listen %s: %w", rf.listen, err)
+	}
+	if _, port, _ := net.SplitHostPort(rf.listen); port == "0" {
+		// Port 0 picked a free port: it is the one to advertise and report.
+		rf.listen = ln.Addr().String()
+	}
+	if rf.advertise == "" {
+		rf.advertise = scheme + rf.listen
 	}
 	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, Node: cfg.node}
 	// Requests get a context the drain cancels: http.Server.Shutdown waits
@@ -211,6 +215,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	h := &daemon.SwapHandler{}
 	h.Set(daemon.StartingHandler(api))
 	srv, sln := daemon.NewServer(h, ln, rf.maxConns, reqCtx)
+	// The server's own errors (failed TLS handshakes, mostly) go through
+	// the logger, rate-limited, not to stderr in plain text.
+	srv.ErrorLog = serve.ErrorLog(cfg.log, "api")
 	if certs != nil {
 		// TLS on top of the connection cap: the cap counts (and may
 		// replace) idle connections whatever they carry.
@@ -220,12 +227,13 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	go func() { serveErr <- srv.Serve(sln) }()
 	stopEarly := func() { _ = srv.Close() }
 
-	b, where, closeStore, err := openRunStore(ctx, cfg, rf)
+	b, where, closeStore, err := openRunStore(ctx, cfg, &rf)
 	if err != nil {
 		stopEarly()
 		return err
 	}
 	defer closeStore()
+	cfg.log.Info("API listening; the store is probed before the node serves cells", "addr", scheme+rf.listen)
 
 	v, _ := buildVersion()
 	dcfg := daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v,
@@ -318,8 +326,9 @@ func checkStoreChoice(cfg *config, rf runFlags, listenHost string) error {
 		"or pass --embedded-store to run on a store only this daemon uses", strings.Join(why, ", "), envBucket)
 }
 
-// openRunStore opens --bucket, or starts the embedded store.
-func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket, string, func(), error) {
+// openRunStore opens --bucket, or starts the embedded store (and sets
+// rf.s3Listen to the address it got, when --s3-listen asked for port 0).
+func openRunStore(ctx context.Context, cfg *config, rf *runFlags) (bucket.Bucket, string, func(), error) {
 	if cfg.bucketURL != "" {
 		b, loc, err := cfg.openBucket(ctx)
 		if err != nil {
@@ -344,6 +353,7 @@ func openRunStore(ctx context.Context, cfg *config, rf runFlags) (bucket.Bucket,
 		_ = srv.Close()
 		return nil, "", nil, errcode.Errorf(errcode.CodeBadRequest, "embedded store on %s: %w", rf.s3Listen, err)
 	}
+	rf.s3Listen = strings.TrimPrefix(url, "http://")
 	loc := bucket.Location{Bucket: defaultFakeBucket}
 	b, err := s3.Open(ctx, loc, s3.Options{Endpoint: url, Credentials: credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, "")})
 	if err != nil {

@@ -98,9 +98,10 @@ func TestFakes3Credentials(t *testing.T) {
 // credentials file the daemon generated, and only with it.
 func TestE2EEmbeddedStoreChecksSignatures(t *testing.T) {
 	dataDir := t.TempDir()
-	api, s3 := freeAddr(t), freeAddr(t)
-	p := startDeed(t, nil, "run", "--data-dir", dataDir, "--listen", api, "--s3-listen", s3, "--ttl", "2s")
-	waitHTTP(t, "http://"+api+"/readyz", 30*time.Second)
+	p := startDeed(t, nil, "run", "--data-dir", dataDir, "--listen", anyPort, "--s3-listen", anyPort, "--ttl", "2s")
+	host, _ := os.Hostname()
+	api := strings.TrimPrefix(waitNode(t, p, host), "http://")
+	s3 := strings.TrimPrefix(reported(t, p, embeddedBanner, time.Second), "http://")
 	if st, body := post(t, "http://"+api+"/v1/cells/demo/append", "hello"); st != 200 {
 		t.Fatalf("append: %d %s", st, body)
 	}
@@ -113,7 +114,6 @@ func TestE2EEmbeddedStoreChecksSignatures(t *testing.T) {
 	if !strings.Contains(p.out.String(), credsFile) {
 		t.Errorf("banner does not name %s:\n%s", credsFile, p.out.String())
 	}
-	host, _ := os.Hostname()
 	lease := "http://" + s3 + "/deed/nodes/" + host + ".json"
 	st, body := get(t, "http://"+s3+"/deed?list-type=2")
 	if st != 403 || strings.Contains(body, "nodes/") {
@@ -146,7 +146,7 @@ func TestE2EEmbeddedStoreChecksSignatures(t *testing.T) {
 		t.Errorf("show with made-up credentials: exit %d %s, want 2 and %s", st, out, errcode.CodeUnauthorized)
 	}
 	// Nothing the unsigned requests did fenced the node.
-	waitHTTP(t, "http://"+api+"/readyz", 5*time.Second)
+	waitHTTP(t, p, "http://"+api+"/readyz", host, 5*time.Second)
 	if st, body := post(t, "http://"+api+"/v1/cells/demo/append", "again"); st != 200 {
 		t.Fatalf("append after the refused requests: %d %s", st, body)
 	}

@@ -184,10 +184,12 @@ func TestE2EDaemonTLS(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte("t0ken-from-file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	api, s3 := freeAddr(t), freeAddr(t)
-	p := startDeed(t, nil, "run", "--data-dir", filepath.Join(dir, "data"), "--listen", api, "--s3-listen", s3,
+	p := startDeed(t, nil, "run", "--data-dir", filepath.Join(dir, "data"), "--listen", anyPort, "--s3-listen", anyPort,
 		"--tls-cert", certFile, "--tls-key", keyFile, "--token-file", tokFile)
-	base := "https://" + api
+	base := reported(t, p, runBanner, bannerWaitLimit)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("the banner names %s, want an https:// URL", base)
+	}
 	cli := func(args ...string) (int, string) {
 		t.Helper()
 		c := &e2eCluster{}

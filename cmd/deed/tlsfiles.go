@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -154,11 +155,29 @@ func reloadOnSIGHUP(r *certReloader) (stop func()) {
 // refused.
 func readTokenFile(path string) (string, error) { return readSecretFile("--token-file", path) }
 
-// readSecretFile reads the one-line secret of the file flag names.
+// readSecretFile reads the one-line secret of the file flag names. A file
+// other users may read is refused (secretModeError), as the embedded
+// store's credentials.env is: a secret every local user can read protects
+// nothing from them.
 func readSecretFile(flag, path string) (string, error) {
-	raw, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", errcode.Errorf(errcode.CodeBadRequest, "%s: %w", flag, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", errcode.Errorf(errcode.CodeBadRequest, "%s: %w", flag, err)
+	}
+	if err := secretModeError(path, fi); err != nil {
+		return "", errcode.Errorf(errcode.CodeBadRequest, "%s %s: %v", flag, path, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return "", errcode.Errorf(errcode.CodeBadRequest, "%s: %w", flag, err)
+	}
+	if len(raw) > maxSecretFile {
+		return "", errcode.Errorf(errcode.CodeBadRequest, "%s %s: over %d bytes: want one line, the secret", flag, path, maxSecretFile)
 	}
 	token := strings.TrimRight(string(raw), " \t\r\n")
 	if token == "" {
@@ -169,6 +188,9 @@ func readSecretFile(flag, path string) (string, error) {
 	}
 	return token, nil
 }
+
+// maxSecretFile bounds what is read of a token or secret file.
+const maxSecretFile = 64 << 10
 
 // caPool reads a PEM file of CA certificates for the client to trust.
 func caPool(path string) (*x509.CertPool, error) {

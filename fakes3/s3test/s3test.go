@@ -11,8 +11,10 @@
 //
 //	func TestMain(m *testing.M) { s3test.Main(m) }
 //
-// Without DEED_VERSITYGW, the versitygw targets are skipped with a log line
-// that says so, and only the in-process fake runs.
+// Without DEED_VERSITYGW, the versitygw targets are skipped (a subtest
+// "versitygw" that go test counts as SKIP, see SkipTarget), and only the
+// in-process fake runs; with versitygw in DEED_REQUIRE_STORES (`make
+// test-s3` sets it) a missing gateway fails the test instead.
 package s3test
 
 import (
@@ -26,6 +28,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +46,56 @@ import (
 // EnvVersitygw names the environment variable holding the path of the
 // versitygw binary (v1.8.0). Unset means: skip the versitygw targets.
 const EnvVersitygw = "DEED_VERSITYGW"
+
+// EnvRequireStores names the environment variable listing the store
+// targets, by Target.Name and comma-separated ("versitygw",
+// "fakegcs,azurite"), that must run: a target it names that cannot be
+// started fails the test instead of being skipped. The make targets that
+// install a store set it, so that a green `make test-s3` or `make
+// test-stores` means the store was tested.
+const EnvRequireStores = "DEED_REQUIRE_STORES"
+
+// storeNames are the targets EnvRequireStores may name.
+var storeNames = []string{"httpfake", "versitygw", "fakegcs", "azurite"}
+
+// Required reports whether EnvRequireStores names the target name. A name
+// in it that no target has fails t, so that a misspelt requirement cannot
+// pass as met.
+func Required(t testing.TB, name string) bool {
+	t.Helper()
+	req := false
+	for _, n := range strings.Split(os.Getenv(EnvRequireStores), ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+		case !slices.Contains(storeNames, n):
+			t.Fatalf("s3test: %s=%q names %q, which is no store target (%s)", EnvRequireStores, os.Getenv(EnvRequireStores), n, strings.Join(storeNames, ", "))
+		case n == name:
+			req = true
+		}
+	}
+	return req
+}
+
+// SkipTarget reports that the store target name cannot run here, for
+// reason. When EnvRequireStores names it, t fails. Otherwise the skip is
+// a subtest of t named after the target that calls t.Skip, so that go
+// test counts it (`--- SKIP: TestX/versitygw`, a "skip" action in -json)
+// where a log line would be lost; a t that has no subtests (a benchmark)
+// logs it.
+func SkipTarget(t testing.TB, name, reason string) {
+	t.Helper()
+	if Required(t, name) {
+		t.Fatalf("store target %s is required (%s) but cannot run: %s", name, EnvRequireStores, reason)
+	}
+	if r, ok := t.(interface {
+		Run(string, func(*testing.T)) bool
+	}); ok {
+		r.Run(name, func(t *testing.T) { t.Skip(reason) })
+		return
+	}
+	t.Logf("store target %s skipped: %s", name, reason)
+}
 
 // The static credentials every target uses. The HTTP fake checks every
 // request's signature against them (as `deed fakes3` and the embedded store
@@ -184,13 +237,13 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 }
 
 // Versitygw returns a target on a fresh bucket of the shared versitygw
-// process, starting it on first use. ok is false (and the reason logged)
-// when DEED_VERSITYGW is unset.
+// process, starting it on first use. ok is false (and the skip reported
+// by SkipTarget) when DEED_VERSITYGW is unset.
 func Versitygw(t testing.TB) (Target, bool) {
 	t.Helper()
 	bin := os.Getenv(EnvVersitygw)
 	if bin == "" {
-		t.Logf("s3test: versitygw target skipped: %s is not set (make test-s3 sets it)", EnvVersitygw)
+		SkipTarget(t, "versitygw", EnvVersitygw+" is not set (make test-s3 sets it)")
 		return Target{}, false
 	}
 	if !vgw.mainUsed.Load() {
