@@ -193,6 +193,15 @@ func (d *Daemon) seenDead(node string) bool {
 	return false
 }
 
+// moveInFlight reports whether a handoff of cell from this node is under
+// way (released or being released here, the push not answered yet).
+func (d *Daemon) moveInFlight(cell string) bool {
+	d.ho.mu.Lock()
+	defer d.ho.mu.Unlock()
+	e, ok := d.ho.moved[cell]
+	return ok && !e.finished()
+}
+
 // others are the placement members but this node.
 func (d *Daemon) others() []member {
 	ms := d.members()

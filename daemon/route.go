@@ -160,6 +160,13 @@ func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool
 	if owner.ValidateName("cell", name) != nil {
 		return false // refused here, with the name's own error
 	}
+	if d.moveInFlight(name) {
+		// This node is handing the cell off: the request waits here for
+		// the push (acquire's movedAway) and then follows the cell, rather
+		// than going by a hint or placement to a node that has not been
+		// told yet (which would send it back here).
+		return false
+	}
 	v := decideRoute(d.routeInput(r, name))
 	if v.Action != routeForward {
 		return false
