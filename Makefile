@@ -19,7 +19,8 @@
 #   make image    OCI image of the linux binary, no Docker daemon needed
 #                 (dist/deed-image.tar; deploy/image is its own Go module)
 #   make image-check  build the image twice: same digest, config, binary runs
-#   make deploy-check  the Grafana dashboard and alert rules query real series
+#   make deploy-check  the Grafana dashboard and alert rules query real series;
+#                 the Kubernetes manifests decode strictly and use real flags
 #   make man      man pages from the command tree into dist/man
 #   make vuln     govulncheck (skipped, not failed, without its database;
 #                 VULNDB=file:///path uses a local copy)
@@ -209,8 +210,13 @@ image:
 image-check:
 	cd deploy/image && $(GO) test -count=1 ./...
 
+# deploy-check also decodes deploy/kubernetes's manifests strictly into the
+# k8s.io/api types and checks their wiring against deed run's flags
+# (deploy/kubernetes is its own Go module, so k8s.io/api never becomes
+# deed's dependency).
 deploy-check:
 	$(GO) test -count=1 -run 'TestDeploy|TestMetricsMatchDocs' ./daemon
+	cd deploy/kubernetes && $(GO) test -count=1 ./...
 
 # man: one page per command, generated from the cobra command tree.
 man:

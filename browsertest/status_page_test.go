@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ import (
 // The fleet: three `deed run` daemons on one `deed fakes3` store, each with
 // its own node id, seeing each other through their node leases.
 var nodes = []string{"node-1", "node-2", "node-3"}
+
+// execs is how many `deed exec` runs the fleet sees before the page loads.
+const execs = 20
 
 // cellsOf are the cells each node appends to, so it holds them.
 var cellsOf = map[string][]string{
@@ -66,6 +70,37 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	// node-1 takes gamma from node-2: a takeover on node-1's page.
 	post(t, urls["node-1"]+"/v1/cells/gamma/claim?force=true", "")
+	// 20 deed execs come and go, each under an id of its own whose node
+	// lease it deletes when it ends: the page must neither show them as
+	// failures nor keep them for ever.
+	for i := range execs {
+		cmd := exec.Command(deed, "exec", fmt.Sprintf("job-%d", i), "--", "true")
+		cmd.Env = append(append([]string{}, env...), "PATH="+os.Getenv("PATH"), "HOME="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("deed exec %d: %v\n%s", i, err, out)
+		}
+	}
+	// A worker that held a cell under an id of its own and stopped cleanly
+	// leaves its lease released in the bucket: grey on the page, not red.
+	hold := exec.Command(deed, "claim", "held", "--node", "worker-1", "--hold", "--ttl", "3s")
+	hold.Env = append(append([]string{}, env...), "PATH="+os.Getenv("PATH"), "HOME="+t.TempDir())
+	var holdOut syncBuffer
+	hold.Stdout, hold.Stderr = &holdOut, &holdOut
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() string {
+		if !strings.Contains(holdOut.String(), "holding cell held") {
+			return "claim --hold has not taken the cell yet: " + holdOut.String()
+		}
+		return ""
+	})
+	if err := hold.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Wait(); err != nil {
+		t.Fatalf("claim --hold after Ctrl-C: %v\n%s", err, holdOut.String())
+	}
 	want := append(append([]string{}, cellsOf["node-1"]...), "gamma")
 	// The cell counts are the ones the nodes' leases advertised at their
 	// last renewal (node-2 learns of the takeover only at its next write
@@ -113,6 +148,17 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if strings.Count(nodeTable, "alive") != len(nodes) {
 		t.Errorf("the nodes table does not show %d nodes alive:\n%s", len(nodes), nodeTable)
 	}
+	if !strings.Contains(nodeTable, "worker-1") || !strings.Contains(nodeTable, "released") {
+		t.Errorf("the nodes table lacks the released worker-1:\n%s", nodeTable)
+	}
+	// The execs' leases are gone and worker-1's released: clean ends, not
+	// coloured as failures.
+	if bad, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#nodes td.bad").length`)); err != nil || bad != 0 {
+		t.Errorf("%d node states coloured as failures (%v) after %d clean execs:\n%s", bad, err, execs, nodeTable)
+	}
+	if head := text("events"); !strings.Contains(head, "other node") {
+		t.Errorf("the events table does not label its node column:\n%s", head)
+	}
 	for n, c := range counts {
 		row := strings.Fields(text("node-" + n))
 		if len(row) == 0 || row[len(row)-1] != fmt.Sprint(c) {
@@ -154,6 +200,18 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("screenshot: %v", err)
 		}
 	}
+	// The execs' leases are forgotten TTL+margin after they went: the
+	// page is back to the three nodes.
+	eventually(t, 30*time.Second, func() string {
+		if err := chromedp.Do(ctx, chromedp.Navigate(urls["node-1"]+"/"), chromedp.WaitVisible(chromedp.ID("nodes"))); err != nil {
+			return fmt.Sprintf("reload: %v", err)
+		}
+		rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#nodes tbody tr").length`))
+		if err != nil || rows != len(nodes)+1 {
+			return fmt.Sprintf("the nodes table has %d rows (%v), want %d (and worker-1's released lease) once the execs are forgotten", rows, err, len(nodes))
+		}
+		return ""
+	})
 	// Events arrive before the answer of the command that caused them, so
 	// every message of the loads above is in by now.
 	for _, p := range seen.list() {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/deedkit/deed/errcode"
 )
@@ -34,6 +35,10 @@ var (
 	// API, a plain-text 404): the endpoint is misconfigured. Nothing was
 	// written, and retrying will not help. Its code is DEED-E040.
 	ErrNotS3 = errors.New("the endpoint does not speak S3")
+	// ErrNoBucket: the store says the bucket (or container) does not exist:
+	// a configuration error (a typo in --bucket, a bucket never created, the
+	// wrong account or region). Retrying will not help. Its code is DEED-E040.
+	ErrNoBucket = errors.New("the bucket does not exist")
 	// ErrTooLarge: a Get found the object larger than the caller's limit
 	// and did not read its body (or stopped reading at limit+1 bytes). The
 	// Object returned with it still carries the key and the ETag, so a
@@ -47,7 +52,7 @@ var (
 // sending it again cannot help, so even for a conditional write it is a
 // refusal ("not applied"), never an unknown outcome.
 func Permanent(err error) bool {
-	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotS3)
+	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotS3) || errors.Is(err, ErrNoBucket)
 }
 
 // TooLarge is the error a Get returns for an object over its limit max;
@@ -70,10 +75,26 @@ type OpError struct {
 	Status int    // HTTP status, 0 when none was received
 	Code   string // S3 error code, when the store sent one
 	Err    error  // underlying cause, may be nil
+	// Bucket names the bucket for an ErrNoBucket, when the adapter knows it.
+	Bucket string
 }
 
 func (e *OpError) Error() string {
+	if e.Kind == ErrNoBucket {
+		what := "the bucket"
+		if e.Bucket != "" {
+			what = fmt.Sprintf("bucket %q", e.Bucket)
+		}
+		msg := fmt.Sprintf("%s does not exist: check --bucket (or DEED_BUCKET) and the account or region, or create it", what)
+		if e.Status != 0 || e.Code != "" {
+			msg += fmt.Sprintf(" (%s: %d %s)", strings.TrimSpace(e.Op+" "+e.Key), e.Status, e.Code)
+		}
+		return msg
+	}
 	msg := fmt.Sprintf("%s %s: %v", e.Op, e.Key, e.Kind)
+	if e.Key == "" { // a LIST of the whole (prefixed) bucket
+		msg = fmt.Sprintf("%s: %v", e.Op, e.Kind)
+	}
 	if e.Status != 0 || e.Code != "" {
 		msg += fmt.Sprintf(" (%d %s)", e.Status, e.Code)
 	}
@@ -97,7 +118,7 @@ func (e *OpError) ErrorCode() errcode.Code {
 		return errcode.CodeAmbiguous
 	case ErrAccessDenied:
 		return errcode.CodeUnauthorized
-	case ErrNotS3:
+	case ErrNotS3, ErrNoBucket:
 		return errcode.CodeBadRequest
 	default:
 		return errcode.CodeUnavailable
@@ -113,8 +134,10 @@ func (e *OpError) ErrorCode() errcode.Code {
 // permanent 409s of posix-backed stores → ErrUnsupported), 501 →
 // ErrUnsupported. Then the generic rules:
 //   - 412 → ErrPrecondition.
-//   - 404 on anything else → ErrNotFound (NoSuchBucket is not a missing key:
-//     it falls through to the last two rules).
+//   - 404 on anything else → ErrNotFound; 404 NoSuchBucket is not a missing
+//     key: on a read or an unconditional write it is ErrNoBucket, and on a
+//     conditional write it falls through to the last rules (ambiguous, as
+//     any answer a write cannot be sure of).
 //   - 401/403 → ErrAccessDenied.
 //   - anything else on a conditional write → ErrAmbiguous (5xx, timeouts and
 //     resets included: the write may have landed, so it is never reported as
@@ -136,6 +159,8 @@ func Classify(op, key string, cond Condition, status int, code string, cause err
 	switch {
 	case status == 404 && code != "NoSuchBucket":
 		e.Kind = ErrNotFound
+	case status == 404 && !(write && cond.Conditional()):
+		e.Kind = ErrNoBucket
 	case status == 403 || status == 401:
 		e.Kind = ErrAccessDenied
 	case write && cond.Conditional() && status == 0 && neverSent(cause):

@@ -81,6 +81,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/claim", d.claimCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/release", d.releaseCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
+	mux.HandleFunc("POST /v1/cells/{cell}/batch", func(w http.ResponseWriter, r *http.Request) { d.appendBatch(w, r, cfg.MaxBody) })
 	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit) })
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
@@ -96,7 +97,46 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 		}
 		writeErrorStatus(w, http.StatusNotFound, errcode.Errorf(errcode.CodeBadRequest, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return guard(cfg, mux)
+	return guard(cfg, canonicalPaths(mux))
+}
+
+// canonicalPaths answers a request whose path has an empty, "." or ".."
+// segment with a deed error, before the ServeMux would: it answers such a
+// path with a bare 307 redirect to the cleaned one, which a client
+// following it would send to another cell (/v1/cells/../x/append is x's
+// append) or to nowhere. Under /v1/cells/ the segment is where a cell name
+// goes, and none of them is one (DEED-E001); elsewhere there is no such
+// endpoint.
+func canonicalPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if canonical(p) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasPrefix(p, "/v1/cells/") {
+			writeErrorStatus(w, http.StatusBadRequest, errcode.Errorf(errcode.CodeInvalidName,
+				"invalid cell name in %s: a cell name is not empty, %q or %q (the path has an empty, . or .. segment)", p, ".", ".."))
+			return
+		}
+		writeErrorStatus(w, http.StatusNotFound, errcode.Errorf(errcode.CodeBadRequest, "no such endpoint: %s %s (the path has an empty, . or .. segment)", r.Method, p))
+	})
+}
+
+// canonical reports whether p is an absolute path without empty, "." or
+// ".." segments (a trailing slash is an empty last segment, which the
+// ServeMux matches or 404s on its own).
+func canonical(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if (s == "" && i != len(segs)-1) || s == "." || s == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // allowedMethods lists the methods mux serves on r's path, when r's own
@@ -188,7 +228,7 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deed"`)
 				// An unauthenticated client keeps no connection open.
 				w.Header().Set("Connection", "close")
-				writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: missing or wrong bearer token"))
+				writeError(w, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: missing or wrong bearer token: send Authorization: Bearer TOKEN, the token of the node's --token-file (the CLI: --token, --token-file or DEED_TOKEN)"))
 				return
 			}
 		}
@@ -297,6 +337,39 @@ func (d *Daemon) releaseCell(w http.ResponseWriter, r *http.Request) {
 	writeJSONStatus(w, http.StatusOK, client.Released{Cell: r.PathValue("cell"), Node: "", Epoch: rec.Epoch, Released: true})
 }
 
+// The headers of idempotent appends.
+const (
+	// HeaderIdempotencyKey names an append (or batch) so that a retry of it
+	// is answered with the first one's result instead of being written
+	// again (replication.AppendOptions.Key).
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderReplayed is "true" on the answer of a keyed append that was
+	// answered from an earlier one: nothing was written this time.
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// appendOptions reads an append's Idempotency-Key header and ?match_pos.
+func appendOptions(r *http.Request) (replication.AppendOptions, error) {
+	var o replication.AppendOptions
+	if vs := r.Header.Values(HeaderIdempotencyKey); len(vs) > 0 {
+		if len(vs) > 1 {
+			return o, errcode.Errorf(errcode.CodeBadRequest, "%d %s headers: want one", len(vs), HeaderIdempotencyKey)
+		}
+		if err := replication.ValidateKey(vs[0]); err != nil {
+			return o, errcode.Wrap(err, "%s header", HeaderIdempotencyKey)
+		}
+		o.Key = vs[0]
+	}
+	if s := r.URL.Query().Get("match_pos"); s != "" || r.URL.Query().Has("match_pos") {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || v == 0 {
+			return o, errcode.Errorf(errcode.CodeBadRequest, "?match_pos=%q: want a position (1 or more: the log's next position)", s)
+		}
+		o.MatchPos = replication.Pos(v)
+	}
+	return o, nil
+}
+
 func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int64) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -314,16 +387,62 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "empty append: a record must have at least one byte"))
 		return
 	}
+	d.appendRecords(w, r, body, [][]byte{body}, false)
+}
+
+// appendBatch is POST /v1/cells/{cell}/batch: {"records":[{"data":…}]},
+// 1 to replication.MaxBatchRecords records appended atomically.
+func (d *Daemon) appendBatch(w http.ResponseWriter, r *http.Request, maxBody int64) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "batch exceeds the limit of %d bytes, or was not read: %w", maxBody, err))
+		return
+	}
+	var in client.BatchRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "batch: want {\"records\":[{\"data\":\"<base64>\"},…]}: %v", err))
+		return
+	}
+	if dec.More() {
+		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "batch: data after the JSON object"))
+		return
+	}
+	if n := len(in.Records); n == 0 || n > replication.MaxBatchRecords {
+		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "batch of %d records: want 1..%d", n, replication.MaxBatchRecords))
+		return
+	}
+	recs := make([][]byte, len(in.Records))
+	for i, rec := range in.Records {
+		if len(rec.Data) == 0 {
+			writeError(w, errcode.Errorf(errcode.CodeBadRequest, "batch: record %d is empty: a record must have at least one byte", i+1))
+			return
+		}
+		recs[i] = rec.Data
+	}
+	d.appendRecords(w, r, body, recs, true)
+}
+
+// appendRecords appends recs (the request's records; body its raw body,
+// for a forward) here or where the cell is, and answers.
+func (d *Daemon) appendRecords(w http.ResponseWriter, r *http.Request, body []byte, recs [][]byte, batch bool) {
+	opts, err := appendOptions(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	if d.route(w, r, body) {
 		return
 	}
 	var (
 		c   *holding
-		res replication.Result
+		res replication.BatchResult
 	)
 	// A cell retired under the append (released, moved, idle) refused it
 	// unwritten: it is tried again on the cell as it is now, a bounded
-	// number of times.
+	// number of times. A keyed append tried again is recognised by the new
+	// log if its first try landed after all.
 	for range maxRetiredRetries {
 		c, err = d.acquire(r.Context(), r.PathValue("cell"), false)
 		if err != nil {
@@ -336,7 +455,7 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 			return
 		}
 		c.c.begin()
-		res, err = c.log.Append(r.Context(), c.lease, body)
+		res, err = c.log.AppendBatch(r.Context(), c.lease, recs, opts)
 		c.c.end()
 		if !c.retiredUnder(err) {
 			break
@@ -348,7 +467,14 @@ func (d *Daemon) appendCell(w http.ResponseWriter, r *http.Request, maxBody int6
 		writeError(w, err)
 		return
 	}
-	writeJSONStatus(w, http.StatusOK, client.AppendResult{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), Pos: uint64(res.Pos)})
+	if res.Replayed {
+		w.Header().Set(HeaderReplayed, "true")
+	}
+	if batch {
+		writeJSONStatus(w, http.StatusOK, client.BatchResult{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), FirstPos: uint64(res.FirstPos), LastPos: uint64(res.LastPos), TS: res.TS})
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, client.AppendResult{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), Pos: uint64(res.FirstPos), TS: res.TS})
 }
 
 func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) {
@@ -384,7 +510,7 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 	out := make([]client.Record, len(recs))
 	next := after
 	for i, rec := range recs {
-		out[i] = client.Record{Pos: uint64(rec.Pos), Epoch: rec.Epoch, TxID: uint64(rec.TxID), Data: rec.Data}
+		out[i] = client.Record{Pos: uint64(rec.Pos), Epoch: rec.Epoch, TxID: uint64(rec.TxID), TS: rec.TS, Data: rec.Data}
 		next = uint64(rec.Pos)
 	}
 	writeJSONStatus(w, http.StatusOK, client.ReadResult{Cell: name, Records: out, NextAfter: next})
@@ -460,6 +586,10 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusConflict
 	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer:
 		return http.StatusServiceUnavailable
+	case errcode.CodePosMismatch:
+		return http.StatusPreconditionFailed
+	case errcode.CodeKeyReused:
+		return http.StatusUnprocessableEntity
 	default:
 		return http.StatusInternalServerError
 	}
@@ -478,6 +608,11 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 	var held *owner.HeldError
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr
+	}
+	var mm *replication.MismatchError
+	if errors.As(err, &mm) {
+		next := uint64(mm.NextPos)
+		body.NextPos = &next
 	}
 	if status == 0 {
 		status = httpStatus(code)

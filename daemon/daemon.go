@@ -54,6 +54,12 @@ type Config struct {
 	// MaxCells bounds the cells held here: above it the least recently
 	// used are retired, in the background; 0 means no bound.
 	MaxCells int
+	// KeyWindow and KeyLimit are the idempotency window of every cell's
+	// log (replication.WithIdempotencyWindow): keyed appends are
+	// recognised for KeyWindow (default 10 min) and up to KeyLimit keys
+	// (default 100,000) per cell. Every node of a fleet must use the same.
+	KeyWindow time.Duration
+	KeyLimit  int
 	// MoveRate bounds the cells the rebalancer hands off per second (0
 	// means DefaultMoveRate; negative turns rebalancing off, drains still
 	// run at DefaultMoveRate).
@@ -161,6 +167,9 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	if cfg.IdleRelease < 0 || cfg.MaxCells < 0 {
 		return nil, errcode.Errorf(errcode.CodeBadRequest, "idle release %v and max cells %d must not be negative", cfg.IdleRelease, cfg.MaxCells)
 	}
+	if cfg.KeyWindow < 0 || cfg.KeyLimit < 0 {
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "idempotency window %v and keys %d must not be negative", cfg.KeyWindow, cfg.KeyLimit)
+	}
 	if cfg.API.MaxBody == 0 {
 		cfg.API.MaxBody = DefaultMaxBody
 	}
@@ -174,7 +183,8 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1),
 		peers: newPeerVerifier(cfg.FleetSecret, cfg.Node)}
 	d.b = instrumented{b: b, m: m, h: health}
-	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit))
+	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit),
+		replication.WithIdempotencyWindow(cfg.KeyWindow, cfg.KeyLimit))
 	n, err := d.newNode()
 	if err != nil {
 		return nil, err
@@ -403,7 +413,11 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		// Not able to fence the predecessors: give the cell back so another
 		// node (or a retry) can.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.TTL)
-		_ = l.Release(rctx)
+		if rerr := l.Release(rctx); rerr != nil {
+			// The record still names this node: its next claim here
+			// re-enters the cell, a peer's waits for the node lease.
+			d.log.Warn("giving the cell back after its log failed to open failed", "cell", c.name, "epoch", l.Epoch(), "open_err", err, "err", rerr)
+		}
 		cancel()
 		d.dropIfEmpty(c)
 		return nil, err
@@ -507,7 +521,16 @@ func (d *Daemon) sealDropped(lg *replication.Log) {
 		defer d.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.TTL)
 		defer cancel()
-		_ = lg.Close(ctx)
+		if err := lg.Close(ctx); err != nil {
+			// Only a courtesy (the next owner seals the chain itself):
+			// at debug when the store is unreachable, which is logged
+			// once per outage already, else a warning.
+			lvl := slog.LevelWarn
+			if errcode.CodeOf(err) == errcode.CodeUnavailable {
+				lvl = slog.LevelDebug
+			}
+			d.log.Log(context.Background(), lvl, "sealing a dropped cell's log failed; its next owner seals it", "cell", lg.Cell(), "epoch", lg.Epoch(), "err", err)
+		}
 	}()
 }
 

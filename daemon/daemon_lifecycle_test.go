@@ -3,12 +3,16 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/deedkit/deed/daemon/daemontest"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
 )
 
 // A claim in flight while the node fences must not mint a lease that never
@@ -111,4 +115,65 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 			t.Errorf("append after the failed release: %v (code %s, HTTP %d)", err, errcode.CodeOf(err), httpStatus(errcode.CodeOf(err)))
 		}
 	}()
+}
+
+// A claim whose log cannot open gives the cell back; when that release
+// fails too, the daemon says so (it used to drop the error): the cell's
+// record still names this node.
+func TestFailedGiveBackAfterOpenIsLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		var buf daemontest.SyncBuffer
+		d, err := Open(t.Context(), Config{Node: "a", TTL: 2 * time.Second}, m.Client("a"), slog.New(slog.NewTextHandler(&buf, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeOK(t, d)
+		rmLog := m.Inject(fakes3.Rule{Client: "a", KeyPrefix: replication.LogPrefix("c"), Fault: fakes3.ErrBefore})
+		rmRec := m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.CellKey("c"), Skip: 1, Fault: fakes3.ErrBefore})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, err = d.acquire(ctx, "c", false)
+		cancel()
+		if err == nil {
+			t.Fatal("setup: the claim succeeded although its log could not open")
+		}
+		rmLog()
+		rmRec()
+		if got := buf.String(); !strings.Contains(got, `level=WARN msg="giving the cell back after its log failed to open failed" cell=c epoch=1`) {
+			t.Errorf("no warning for the failed give-back:\n%s", got)
+		}
+	})
+}
+
+// A dropped cell's log (here: the node fenced in a partition) is sealed
+// in the background; when that fails the daemon says so at debug, the
+// store being unreachable (it used to drop the error).
+func TestFailedSealOfADroppedLogIsLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		var buf daemontest.SyncBuffer
+		const ttl = 2 * time.Second
+		d, err := Open(t.Context(), Config{Node: "a", TTL: ttl}, m.Client("a"), slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeOK(t, d)
+		c, err := d.acquire(t.Context(), "c", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.log.Append(t.Context(), c.lease, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		m.Partition("a", true)
+		time.Sleep(3 * ttl) // fenced, and the seal's TTL budget spent
+		synctest.Wait()
+		m.Partition("a", false)
+		if !fencedOnce(d) {
+			t.Fatal("setup: the node did not fence")
+		}
+		if got := buf.String(); !strings.Contains(got, `level=DEBUG msg="sealing a dropped cell's log failed; its next owner seals it" cell=c epoch=1`) {
+			t.Errorf("no line for the failed seal:\n%s", got)
+		}
+	})
 }

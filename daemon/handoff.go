@@ -496,6 +496,21 @@ func (d *Daemon) moveCell(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	out := client.Moved{Cell: name, To: toName}
+	var rec owner.Record
+	if d.held(name) == nil {
+		// A move places a cell that exists; one never claimed is most
+		// likely a typo, which a move would create (one GET: moves are rare).
+		var exists bool
+		var err error
+		if rec, exists, err = owner.Inspect(ctx, d.b, name); err != nil {
+			writeError(w, errcode.Wrap(err, "move %s", name))
+			return
+		}
+		if !exists {
+			writeError(w, errcode.Errorf(errcode.CodeBadRequest, "move %s: no such cell: it was never claimed (check the name; append to it or claim it first); nothing moved", name))
+			return
+		}
+	}
 	switch {
 	case toName == d.cfg.Node:
 		h, err := d.claimHere(ctx, name, true)
@@ -513,12 +528,7 @@ func (d *Daemon) moveCell(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Epoch = got.Epoch
 	default:
-		rec, exists, err := owner.Inspect(ctx, d.b, name)
-		if err != nil {
-			writeError(w, errcode.Wrap(err, "move %s", name))
-			return
-		}
-		if exists && !rec.Released() {
+		if !rec.Released() {
 			if n, err := d.currentNode(); err == nil && n.Observer().Alive(rec.Node) {
 				writeError(w, errcode.Errorf(errcode.CodeNotHolder, "move %s: held by node %s, not by this node (%s): ask its holder", name, rec.Node, d.cfg.Node))
 				return

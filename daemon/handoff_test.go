@@ -705,6 +705,18 @@ func TestMoveOfACellHeldNowhereOrElsewhere(t *testing.T) {
 			decodeJSON(t, rec, &eb)
 			return rec.Code, mv, eb
 		}
+		// A cell never claimed is refused (a typo, most likely); one
+		// claimed and released is free.
+		if code, _, eb := move("a", "free", "b"); code != 400 || eb.Code != errcode.CodeBadRequest {
+			t.Fatalf("move of a cell never claimed: %d %+v", code, eb)
+		}
+		for _, op := range []string{"claim", "release"} {
+			rec := httptest.NewRecorder()
+			f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/free/"+op, nil))
+			if rec.Code != 200 {
+				t.Fatalf("%s on a: %d %s", op, rec.Code, rec.Body)
+			}
+		}
 		code, mv, _ := move("a", "free", "b")
 		if code != 200 || mv.From != "" || mv.To != "b" || bnode.held("free") == nil || !bnode.pinnedHere(bnode.held("free")) {
 			t.Fatalf("move of a free cell: %d %+v; held by b %v", code, mv, bnode.held("free") != nil)

@@ -177,7 +177,7 @@ func TestAppendAnswersMatchBucketOnClientCancel(t *testing.T) {
 	d := openTestDaemon(t, la, 2*time.Second)
 	srv := httptest.NewServer(d.handler(APIConfig{MaxBody: 1 << 20, MaxLimit: 1000}))
 	defer srv.Close()
-	c, err := client.New(srv.URL, client.Options{HTTPClient: &http.Client{}})
+	c, err := client.New(srv.URL, client.Options{HTTPClient: &http.Client{}, RetryFor: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -299,7 +299,7 @@ func (d *Daemon) readRecords(w http.ResponseWriter, r *http.Request, name string
 			}
 			return recs, false, closedUnder(c, err)
 		case barrier:
-			return nil, false, errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell; ask its owner", name, d.cfg.Node)
+			return nil, false, d.notHeldForBarrier(ctx, name)
 		default:
 			recs, err = replication.Read(ctx, d.b, name, after, limit)
 			return recs, false, err
@@ -378,6 +378,9 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		pr.req.Header.Set("Content-Type", ct)
 	}
+	if k := r.Header.Get(HeaderIdempotencyKey); k != "" {
+		pr.req.Header.Set(HeaderIdempotencyKey, k) // the holder answers a retry with the first outcome
+	}
 	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, sent.Load(), err)
@@ -442,4 +445,19 @@ func (d *Daemon) forwardFailed(w http.ResponseWriter, r *http.Request, to member
 	}
 	d.m.forwards.WithLabelValues(result).Inc()
 	writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s, which serves it, %s; not applied, retry: %w", cell, to.Name, to.Addr, what, err))
+}
+
+// notHeldForBarrier is the refusal of a barrier read of a cell this node
+// does not hold (and cannot forward: no fleet), saying what to do next,
+// which depends on whether anybody holds it: one GET of its record, on
+// this refusal's path only.
+func (d *Daemon) notHeldForBarrier(ctx context.Context, name string) error {
+	rec, exists, err := owner.Inspect(ctx, d.b, name)
+	switch {
+	case err != nil:
+		return errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell (who does is unknown: %v); read without barrier, or ask its holder", name, d.cfg.Node, err)
+	case !exists || rec.Released():
+		return errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: nobody holds it: append or claim first (a barrier read is served by the cell's holder), or read without barrier", name)
+	}
+	return errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: node %s holds it at epoch %d, not this node (%s): ask it, or give the nodes a fleet secret so that they forward", name, rec.Node, rec.Epoch, d.cfg.Node)
 }

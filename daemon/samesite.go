@@ -19,7 +19,10 @@ import (
 //
 //   - a request a browser marks as sent from another site (Sec-Fetch-Site
 //     cross-site or same-site: another port of localhost is another
-//     program, not this daemon);
+//     program, not this daemon), except a same-site top-level navigation
+//     (a link followed from another node's status page on this host: GET
+//     or HEAD, Sec-Fetch-Mode navigate), which changes nothing and whose
+//     answer only the user sees, never the page that linked;
 //   - an Origin that is neither a loopback host nor one of hosts (the
 //     status page's own requests are same-origin);
 //   - a Host that is neither a loopback name or address nor one of hosts:
@@ -29,7 +32,12 @@ import (
 // first two headers and a loopback or advertised Host, and pass.
 func sameSite(r *http.Request, hosts []string) error {
 	switch s := r.Header.Get("Sec-Fetch-Site"); s {
-	case "cross-site", "same-site":
+	case "same-site":
+		if sameSiteNavigation(r) {
+			break
+		}
+		fallthrough
+	case "cross-site":
 		return errcode.Errorf(errcode.CodeCrossSite, "refused: a browser request from another site (Sec-Fetch-Site: %s) to a daemon without a token; serve browsers with --token", s)
 	}
 	if o := r.Header.Get("Origin"); o != "" {
@@ -42,6 +50,15 @@ func sameSite(r *http.Request, hosts []string) error {
 		return errcode.Errorf(errcode.CodeCrossSite, "refused: Host %q is not a loopback name or this node's address (DNS rebinding?); a daemon without a token answers only those; use http://127.0.0.1:PORT, or set --token", r.Host)
 	}
 	return nil
+}
+
+// sameSiteNavigation says whether r is a top-level navigation: the user
+// followed a link or typed an address, and the browser shows the answer
+// to the user, not to the page it came from. Only GET and HEAD, which
+// change nothing.
+func sameSiteNavigation(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		r.Header.Get("Sec-Fetch-Mode") == "navigate"
 }
 
 // localHost says whether h (no port) is a loopback name or address, or one

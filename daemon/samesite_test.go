@@ -61,6 +61,9 @@ func TestTokenlessDaemonRefusesCrossSite(t *testing.T) {
 		{"evil origin only", "POST", "/v1/cells/demo/append", "", []string{"Origin", "https://evil.example"}},
 		{"null origin", "POST", "/v1/cells/demo/append", "", []string{"Origin", "null"}},
 		{"another local site", "POST", "/v1/cells/demo/append", "", []string{"Origin", "http://localhost:3000", "Sec-Fetch-Site", "same-site"}},
+		{"another local site's fetch", "GET", "/v1/cells/demo/records", "", []string{"Sec-Fetch-Site", "same-site", "Sec-Fetch-Mode", "cors"}},
+		{"another local site's navigating POST", "POST", "/v1/cells/demo/append", "", []string{"Sec-Fetch-Site", "same-site", "Sec-Fetch-Mode", "navigate"}},
+		{"cross-site navigation", "GET", "/v1/cells/demo/records", "", []string{"Sec-Fetch-Site", "cross-site", "Sec-Fetch-Mode", "navigate"}},
 		{"rebound records", "GET", "/v1/cells/demo/records", "rebind.evil.example:" + port, nil},
 		{"rebound status", "GET", "/v1/status", "rebind.evil.example:" + port, nil},
 		{"rebound status page", "GET", "/", "rebind.evil.example", nil},
@@ -87,6 +90,7 @@ func TestTokenlessDaemonRefusesCrossSite(t *testing.T) {
 		{"the advertised host", "a", nil},
 		{"status page", "", []string{"Origin", u, "Sec-Fetch-Site", "same-origin"}},
 		{"typed in the address bar", "", []string{"Sec-Fetch-Site", "none"}},
+		{"a link from another node's page on this host", "", []string{"Sec-Fetch-Site", "same-site", "Sec-Fetch-Mode", "navigate"}},
 	} {
 		if st, body, _ := browse(t, "GET", u+"/v1/cells/demo/records", c.host, "", c.hdr...); st != 200 {
 			t.Errorf("%s: %d %v, want 200", c.name, st, body)

@@ -197,6 +197,21 @@ func nodeState(v owner.NodeView) string {
 	return "dead"
 }
 
+// stateClass is the colour of a node's state: a failure (dead, corrupt)
+// is red, a node at work green, draining amber, and a clean stop (its lease
+// released, or deleted by a finished deed exec) grey: nothing went wrong.
+func stateClass(v owner.NodeView) string {
+	switch nodeState(v) {
+	case "alive":
+		return "ok"
+	case "draining":
+		return "warn"
+	case "released", "missing":
+		return "meta"
+	}
+	return "bad"
+}
+
 // ago is how long before now t was, rounded for a person; "" for the
 // zero time.
 func ago(now, t time.Time) string {
@@ -220,6 +235,7 @@ func ago(now, t time.Time) string {
 var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
 	"webURL": func(addr string) string { u, _ := webURL(addr); return u },
 	"state":  nodeState,
+	"class":  stateClass,
 	"ago":    ago,
 	"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"weight": func(w float64) float64 {
@@ -275,13 +291,15 @@ code{font-size:.95em}
 {{range .Nodes}}<tr id="node-{{.Node}}"{{if eq .Node $.Node}} class="self"{{end}}>
 <td><code>{{.Node}}</code></td>
 <td>{{if and (webURL .Addr) (or .Verified (not $.Fleet))}}<a href="{{webURL .Addr}}">{{webURL .Addr}}</a>{{else}}{{.Addr}}{{end}}</td>
-<td class="{{if and .Alive (or .Verified (not $.Fleet))}}ok{{else}}bad{{end}}">{{state .}}{{if and $.Fleet (not .Verified)}}, unverified: not a member (its lease is not signed with this fleet's secret){{end}}{{with .Corrupt}}: {{.}}{{end}}</td>
+<td class="{{if and $.Fleet (not .Verified)}}bad{{else}}{{class .}}{{end}}">{{state .}}{{if and $.Fleet (not .Verified)}}, unverified: not a member (its lease is not signed with this fleet's secret){{end}}{{with .Corrupt}}: {{.}}{{end}}</td>
 <td class="n">{{weight .Weight}}</td>
 <td class="n">{{.Cells}}</td>
 </tr>
 {{end}}</tbody>
 </table>
-<p class="meta">Cells held: as of each node's lease renewal that this node last read (read again, at most every third of a TTL, while this page is looked at).</p>
+<p class="meta">Cells held: as of each node's lease renewal that this node last read (read again, at most every third of a TTL, while this page is looked at).
+A node whose lease is missing (a finished <code>deed exec</code> deletes its own) is shown for
+its TTL and margin after it went, then forgotten.</p>
 {{else}}<p>No node leases seen{{if not .Ready}} (this node is fenced){{end}}.</p>{{end}}
 
 <h2>Cells held here ({{.CellsHeld}})</h2>
@@ -302,7 +320,7 @@ code{font-size:.95em}
 <h2>Recent events</h2>
 {{if .Events}}
 <table id="events">
-<thead><tr><th>when</th><th>kind</th><th>cell</th><th>node</th><th>detail</th></tr></thead>
+<thead><tr><th>when</th><th>kind</th><th>cell</th><th title="the other node involved: the one a cell moved to or from, or the one taken over">other node</th><th>detail</th></tr></thead>
 <tbody>
 {{range .Events}}<tr>
 <td><time datetime="{{utc .At}}">{{ago $.Now .At}}</time></td>

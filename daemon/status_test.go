@@ -12,6 +12,7 @@ import (
 
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/owner"
 )
 
 // getPage sends method path to td with the Authorization header auth (if
@@ -356,5 +357,40 @@ func TestStatusPageOfAFencedNode(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("page lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// A clean stop is not shown as a failure: released and missing (deleted
+// by a finished exec) leases are grey, dead and corrupt ones red; the
+// events' node column says whose it is.
+func TestStatusPageColoursAndLabels(t *testing.T) {
+	for _, c := range []struct {
+		v    owner.NodeView
+		want string
+	}{
+		{owner.NodeView{Exists: true, Alive: true}, "ok"},
+		{owner.NodeView{Exists: true, Alive: true, Draining: true}, "warn"},
+		{owner.NodeView{Exists: true, Released: true}, "meta"},
+		{owner.NodeView{}, "meta"},
+		{owner.NodeView{Exists: true}, "bad"},
+		{owner.NodeView{Exists: true, Corrupt: "DEED-E030 x"}, "bad"},
+	} {
+		if got := stateClass(c.v); got != c.want {
+			t.Errorf("%s (%+v): class %q, want %q", nodeState(c.v), c.v, got, c.want)
+		}
+	}
+	var page strings.Builder
+	st := Status{Node: "a", Ready: true, Now: time.Now(),
+		Nodes:  []owner.NodeView{{Node: "a", Exists: true, Alive: true}, {Node: "x-exec-1", Exists: true, Released: true}},
+		Events: []Event{{At: time.Now(), Kind: "move", Cell: "c", Node: "b", Detail: "out"}}}
+	if err := statusTemplate.Execute(&page, st); err != nil {
+		t.Fatal(err)
+	}
+	body := page.String()
+	if !strings.Contains(body, `<td class="meta">released</td>`) {
+		t.Errorf("a released node is not grey:\n%s", body)
+	}
+	if !strings.Contains(body, ">other node</th>") {
+		t.Errorf("the events' node column has no label saying whose:\n%s", body)
 	}
 }

@@ -2,7 +2,8 @@
 # release-check: build a release into a temporary directory and verify it:
 # exactly the expected artifacts, SHA256SUMS lists each of them and matches,
 # every binary is static (CGO_ENABLED=0), built with -trimpath for its
-# platform with the version linked in, and the host's binary prints that
+# platform with the version linked in and with no build tags (deedbroken's
+# switches must never ship), and the host's binary prints that
 # version for both `deed version` and `deed --version`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,10 @@ for f in "$rel"/deed-*; do
 	grep -q $'\tbuild\t-trimpath=true$' <<<"$info" || fail "$name: not -trimpath"
 	grep -q $'\tbuild\tGOOS='"${plat%-*}"'$' <<<"$info" || fail "$name: wrong GOOS"
 	grep -q $'\tbuild\tGOARCH='"${plat#*-}"'$' <<<"$info" || fail "$name: wrong GOARCH"
+	# A build tag changes what is compiled in: deedbroken's switches break
+	# the protocol on purpose. A release is built with none (even one that
+	# came in through GOFLAGS).
+	if grep -q $'\tbuild\t-tags=' <<<"$info"; then fail "$name: built with build tags ($(grep $'\tbuild\t-tags=' <<<"$info" | cut -f3)): a release has none"; fi
 	grep -qaF -- "$version" "$f" || fail "$name: version not linked in"
 done
 

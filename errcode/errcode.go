@@ -36,6 +36,9 @@ const (
 	CodeBadRequest   Code = "DEED-E040" // request too large / bad request
 	CodeUnauthorized Code = "DEED-E041" // unauthorized
 	CodeCrossSite    Code = "DEED-E042" // a token-less daemon refused a cross-site or foreign-Host (DNS rebinding) request
+	CodeKeyReused    Code = "DEED-E043" // idempotency key already used for another body; not applied
+	CodePosMismatch  Code = "DEED-E044" // conditional append: the log's next position is not the one named; not applied
+	CodeOutput       Code = "DEED-E050" // the command's output could not be written
 )
 
 // Error is an error carrying a stable code. Its message starts with the code

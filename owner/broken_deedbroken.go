@@ -4,8 +4,18 @@ package owner
 
 import (
 	"sync"
+	"testing"
 	"time"
 )
+
+// A deedbroken build carries switches that break the protocol: it refuses
+// to run outside a test binary, so that it can never be shipped or run as
+// deed (make release-check also rejects any build tag).
+func init() {
+	if !testing.Testing() {
+		panic("owner: built with the deedbroken tag, which exists only for the broken-variant tests (go test -tags deedbroken): never run or ship such a build")
+	}
+}
 
 // The switches broken.go documents, as variables the setters below flip.
 var (

@@ -147,6 +147,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			// Ambiguous (or transient): the write may have landed.
 			lastErr = err
 			applied, got, rerr := n.reconcile(ctx, key, rec)
+			if errors.Is(rerr, bucket.ErrNoBucket) {
+				// No bucket, so no record: the write cannot have landed.
+				return nil, "", errcode.Wrap(rerr, "claim %s", cell)
+			}
 			if rerr != nil {
 				return nil, "", errcode.Errorf(errcode.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr)
 			}

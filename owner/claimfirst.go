@@ -148,6 +148,10 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 		return nil, "", errcode.Wrap(err, "claim %s", cell), true
 	default:
 		applied, got, rerr := n.reconcile(ctx, key, rec)
+		if errors.Is(rerr, bucket.ErrNoBucket) {
+			// No bucket, so no record: the write cannot have landed.
+			return nil, "", errcode.Wrap(rerr, "claim %s", cell), true
+		}
 		if rerr != nil {
 			return nil, "", errcode.Errorf(errcode.CodeAmbiguous, "claim %s: outcome unknown: %v (read back: %w)", cell, err, rerr), true
 		}

@@ -96,16 +96,30 @@ func (o *Observer) Refresh(ctx context.Context) error {
 	}
 	o.mu.Lock()
 	for node, ob := range o.obs {
-		if !seen[node] && ob.Exists {
+		switch {
+		case seen[node]:
+		case ob.Exists:
 			gone := Observation{Node: node, FirstSeen: now}
 			o.countStop(ob, true, gone)
 			o.obs[node] = gone
+		case now.Sub(ob.FirstSeen) > o.forgetAfter():
+			// Gone for a while (every finished deed exec and claim --hold
+			// deletes its lease): forgotten, so that the map holds the
+			// leases in the bucket and not every node ever seen. Nothing
+			// is lost: a node never observed reads as missing, hence dead,
+			// at its first look (Observe reads its lease).
+			delete(o.obs, node)
 		}
 	}
 	o.refreshed = now
 	o.mu.Unlock()
 	return nil
 }
+
+// forgetAfter is how long a lease that vanished from the bucket stays in
+// the observer's view (the status page shows it as missing meanwhile):
+// TTL+margin, the time after which a silent node is judged dead anyway.
+func (o *Observer) forgetAfter() time.Duration { return o.p.TTL + o.p.Margin }
 
 // Observe returns the observation of one node, reading its lease now when
 // this observer has no fresh view of it (never observed, or no Refresh

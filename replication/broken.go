@@ -94,6 +94,18 @@ const (
 	// broken rule: the next owner seals the chain itself, so releasing
 	// first loses nothing; the simulation runs it with -releasefirst.)
 	brokenHandoffAck = false
+
+	// The broken rules of idempotent and conditional appends:
+	// brokenForgetKeys, a new owner that does not learn the keys its
+	// predecessors wrote (a retry after a change of owner is written
+	// again); brokenReplayPos, a replay that answers the first position of
+	// the transaction file the key's records are in, not theirs (wrong when
+	// a group commit carried several appends); brokenStaleMatch, a
+	// conditional append judged against the chain's end when it is queued,
+	// not where the writer puts it (appends queued ahead of it move it).
+	brokenForgetKeys = false
+	brokenReplayPos  = false
+	brokenStaleMatch = false
 )
 
 // brokenOnly is the panic of the functions below in a release build, where

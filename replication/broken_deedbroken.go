@@ -7,10 +7,20 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"testing"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
 )
+
+// A deedbroken build carries switches that break the protocol: it refuses
+// to run outside a test binary, so that it can never be shipped or run as
+// deed (make release-check also rejects any build tag).
+func init() {
+	if !testing.Testing() {
+		panic("replication: built with the deedbroken tag, which exists only for the broken-variant tests (go test -tags deedbroken): never run or ship such a build")
+	}
+}
 
 // The switches broken.go documents, as variables the setters below flip.
 var (
@@ -27,7 +37,22 @@ var (
 	brokenGCNewestFirst        bool
 	brokenGCMarkers            bool
 	brokenHandoffAck           bool
+	brokenForgetKeys           bool
+	brokenReplayPos            bool
+	brokenStaleMatch           bool
 )
+
+// SetBrokenForgetKeys makes a new owner skip learning its predecessors'
+// idempotency keys (broken.go).
+func SetBrokenForgetKeys(on bool) (restore func()) { return set(&brokenForgetKeys, on) }
+
+// SetBrokenReplayPos makes a rebuilt replay answer its file's first
+// position (broken.go).
+func SetBrokenReplayPos(on bool) (restore func()) { return set(&brokenReplayPos, on) }
+
+// SetBrokenStaleMatch makes conditional appends judged when queued
+// (broken.go).
+func SetBrokenStaleMatch(on bool) (restore func()) { return set(&brokenStaleMatch, on) }
 
 // The switches of broken.go, for the simulation's tests that its checkers
 // catch each broken rule. They exist only in builds with the deedbroken
@@ -152,9 +177,11 @@ func (s *store) trustTypedError(ctx context.Context, key string, err error) (*Fi
 // stand-ins for them whose outcomes nobody waits for.
 func ackEarly(batch []*pending, epoch uint64, txid TxID, pos Pos) []*pending {
 	out := make([]*pending, len(batch))
+	at := pos
 	for i, p := range batch {
-		p.done <- outcome{res: Result{Epoch: epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(batch)}}
-		out[i] = &pending{data: p.data, taken: true, done: make(chan outcome, 1)}
+		p.done <- outcome{res: BatchResult{Epoch: epoch, TxID: txid, FirstPos: at, LastPos: at + Pos(len(p.recs)) - 1, TxPos: pos}}
+		at += Pos(len(p.recs))
+		out[i] = &pending{recs: p.recs, key: p.key, digest: p.digest, taken: true, done: make(chan outcome, 1)}
 	}
 	return out
 }
@@ -186,7 +213,9 @@ func (l *Log) handOverLocked() []*pending {
 // took: acknowledged at the positions they would have taken in a file at
 // txid, which nothing writes (the seal goes there).
 func ackHandedOver(q []*pending, epoch uint64, txid TxID, pos Pos) {
-	for i, p := range q {
-		p.done <- outcome{res: Result{Epoch: epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(q)}}
+	at := pos
+	for _, p := range q {
+		p.done <- outcome{res: BatchResult{Epoch: epoch, TxID: txid, FirstPos: at, LastPos: at + Pos(len(p.recs)) - 1, TxPos: pos}}
+		at += Pos(len(p.recs))
 	}
 }

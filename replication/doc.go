@@ -27,6 +27,13 @@
 //	magic "DLTX" | version 1 | kind | token length | epoch | txid | pos |
 //	record count | payload length | token | payload | crc32c
 //
+// Version 2 (written since records carry a timestamp) is the same frame; a
+// records payload starts with the owner's timestamp and the idempotency
+// keys of the appends in it, and a seal or tombstone ends with the newest
+// timestamp its writer had fenced. A file with neither is still written as
+// version 1, and version-1 files decode as they always did (timestamp 0,
+// no keys).
+//
 // The kind is records (a group commit of one or more records, each a
 // uvarint length and its bytes), seal, tombstone, or snapshot. The epoch and
 // txid repeat the file's key and are checked against it. The token is the

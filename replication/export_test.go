@@ -13,3 +13,13 @@ func Announce(ctx context.Context, b bucket.Bucket, lease *owner.Lease) error {
 	l := &Log{s: makeStore(b, lease.Cell(), nil), lease: lease, epoch: lease.Epoch()}
 	return l.announce(ctx)
 }
+
+// KeysInFlight is how many keyed appends l holds as queued or in flight.
+func KeysInFlight(l *Log) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.x == nil || l.x.ks == nil {
+		return 0
+	}
+	return len(l.x.ks.flight)
+}

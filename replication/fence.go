@@ -43,6 +43,7 @@ func (l *Log) fence(ctx context.Context) (Head, error) {
 		if a, err = l.s.findAnchor(ctx, ls, l.epoch); err != nil {
 			return Head{}, err
 		}
+		l.noteTS(a.file)
 		var h Head
 		h, err = l.fenceFrom(ctx, a, ls.announced)
 		if !errors.Is(err, errGCRace) {
@@ -51,6 +52,15 @@ func (l *Log) fence(ctx context.Context) (Head, error) {
 		l.s.cfg.logger.Info("fencing walk raced with GC; starting again", "cell", l.s.cell, "epoch", l.epoch)
 	}
 	return Head{}, errcode.Errorf(errcode.CodeUnavailable, "fence predecessors: %w", err)
+}
+
+// noteTS raises the log's timestamp floor to f's: a file the fencing walk
+// read (a record, or a seal or tombstone carrying the newest timestamp its
+// writer had fenced). Called only while the log opens.
+func (l *Log) noteTS(f *File) {
+	if f != nil && f.TS > l.lastTS {
+		l.lastTS = f.TS
+	}
 }
 
 // announceBody is the content of E's announcement marker. It is the same
@@ -84,7 +94,7 @@ func (l *Log) announce(ctx context.Context) error {
 func (l *Log) recheck(ctx context.Context) error {
 	var rec owner.Record
 	var exists bool
-	err := l.s.retry(ctx, l.s.cfg.readAttempts, func(ctx context.Context) error {
+	err := l.s.retry(ctx, readAttempts, func(ctx context.Context) error {
 		var err error
 		rec, exists, err = owner.Inspect(ctx, l.s.b, l.s.cell)
 		return err
@@ -157,6 +167,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 			if err := checkPos(key, f, c); err != nil {
 				return Head{}, err
 			}
+			l.noteTS(f)
 			if f.Kind == KindRecords {
 				c, _, _ = step(c, f)
 				checked = false // a gap further on is a new question
@@ -182,6 +193,7 @@ func (l *Log) fenceFrom(ctx context.Context, a anchor, ann []uint64) (Head, erro
 			if err := checkPos(key, f, at); err != nil {
 				return Head{}, err
 			}
+			l.noteTS(f)
 			if f.Kind == KindRecords {
 				next, _, _ = step(at, f)
 				checked = false
@@ -201,7 +213,7 @@ func (l *Log) fill(ctx context.Context, c cursor, kind Kind) (*File, error) {
 	if brokenNoSeal {
 		return &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Pos: c.pos, By: E}, nil
 	}
-	f := &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Token: l.lease.Token(), Pos: c.pos, By: E}
+	f := &File{Kind: kind, Epoch: c.epoch, TxID: c.txid, Token: l.lease.Token(), Pos: c.pos, By: E, TS: l.lastTS}
 	body, err := Encode(f)
 	if err != nil {
 		return nil, err
@@ -236,6 +248,7 @@ func (l *Log) ownSlot(ctx context.Context, key string, c cursor, f *File) (Head,
 		if err := checkPos(key, f, c); err != nil {
 			return Head{}, err
 		}
+		l.noteTS(f)
 		c, _, _ = step(c, f)
 		key = SlotKey(l.s.cell, l.epoch, c.txid)
 		var err error

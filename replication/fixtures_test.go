@@ -25,8 +25,13 @@ func TestFormatFixtures(t *testing.T) {
 		"seal.ltx":      {Kind: replication.KindSeal, Epoch: 3, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5},
 		"tombstone.ltx": {Kind: replication.KindTombstone, Epoch: 4, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5},
 		"snapshot.ltx":  {Kind: replication.KindSnapshot, Epoch: 5, TxID: 9, Token: "00112233445566778899aabbccddeeff", Pos: 16, State: []byte("state\x00of the app")},
+		// Version 2: a timestamp, and idempotency keys on records.
+		"records-v2.ltx": {Kind: replication.KindRecords, Epoch: 3, TxID: 7, Token: "0123456789abcdef0123456789abcdef", Pos: 12, Records: [][]byte{[]byte("hello"), []byte(""), []byte("world")},
+			TS: 1767225600123, Keys: []replication.TxKey{{Key: "order-17", First: 0, Count: 1}, {Key: "batch 9", First: 1, Count: 2}}},
+		"seal-v2.ltx": {Kind: replication.KindSeal, Epoch: 3, TxID: 8, Token: "fedcba9876543210fedcba9876543210", Pos: 15, By: 5, TS: 1767225600123},
 	}
-	keys := map[string]string{"records.ltx": replication.SlotKey("c", 3, 7), "seal.ltx": replication.SlotKey("c", 3, 8), "tombstone.ltx": replication.SlotKey("c", 4, 8), "snapshot.ltx": replication.SnapshotKey("c", 5, 9)}
+	keys := map[string]string{"records.ltx": replication.SlotKey("c", 3, 7), "seal.ltx": replication.SlotKey("c", 3, 8), "tombstone.ltx": replication.SlotKey("c", 4, 8), "snapshot.ltx": replication.SnapshotKey("c", 5, 9),
+		"records-v2.ltx": replication.SlotKey("c", 3, 7), "seal-v2.ltx": replication.SlotKey("c", 3, 8)}
 	for name, f := range golden {
 		body, err := replication.Encode(f)
 		if err != nil {
@@ -100,6 +105,10 @@ func fileDiff(got, want *replication.File) string {
 		return fmt.Sprintf("state %q, want %q", got.State, want.State)
 	case len(got.Records) != len(want.Records):
 		return fmt.Sprintf("%d records, want %d", len(got.Records), len(want.Records))
+	case got.TS != want.TS:
+		return fmt.Sprintf("ts %d, want %d", got.TS, want.TS)
+	case fmt.Sprint(got.Keys) != fmt.Sprint(want.Keys):
+		return fmt.Sprintf("keys %v, want %v", got.Keys, want.Keys)
 	}
 	for i := range want.Records {
 		if !bytes.Equal(got.Records[i], want.Records[i]) {

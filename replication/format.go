@@ -52,8 +52,15 @@ func (k Kind) fences() bool { return k == KindSeal || k == KindTombstone }
 const (
 	fileMagic   = "DLTX"
 	fileVersion = 1
-	headerLen   = 40
-	trailerLen  = 4 // CRC-32C
+	// fileVersion2 adds a timestamp to records, seals and tombstones, and
+	// idempotency keys to records (see Encode). A file with neither is
+	// still written as version 1, so every version-1 file keeps decoding
+	// and encoding back to its own bytes.
+	fileVersion2 = 2
+	// MaxKeyLen bounds an idempotency key (ValidateKey).
+	MaxKeyLen  = 255
+	headerLen  = 40
+	trailerLen = 4 // CRC-32C
 	// MaxTokenLen bounds the writer incarnation stored in every file.
 	MaxTokenLen = 1024
 	// maxMarkerLen is the largest a seal or tombstone can be; GC reads
@@ -92,6 +99,70 @@ type File struct {
 	By uint64
 	// State is a snapshot's application state.
 	State []byte
+	// TS is the owner's timestamp of a records file (every record in it
+	// carries it) and, in a seal or tombstone, the newest timestamp the
+	// writer had fenced: milliseconds since the Unix epoch, never
+	// decreasing along a cell's chain. 0 in files written before
+	// timestamps existed.
+	TS int64
+	// Keys are the idempotency keys of a records file, in record order:
+	// each names the run of records one keyed append (or batch) put here.
+	Keys []TxKey
+}
+
+// TxKey says that records First .. First+Count-1 of a records file (0-based,
+// within the file) were appended under idempotency key Key.
+type TxKey struct {
+	Key          string
+	First, Count int
+}
+
+// ValidateKey checks an idempotency key: 1 to MaxKeyLen bytes of printable
+// ASCII (0x20-0x7e), not starting or ending with a space (an HTTP header
+// would lose it). Anything else is DEED-E040.
+func ValidateKey(k string) error {
+	if len(k) == 0 || len(k) > MaxKeyLen {
+		return errcode.Errorf(errcode.CodeBadRequest, "idempotency key of %d bytes: want 1..%d", len(k), MaxKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return errcode.Errorf(errcode.CodeBadRequest, "idempotency key: byte %d (0x%02x) is not printable ASCII", i, k[i])
+		}
+	}
+	if k[0] == ' ' || k[len(k)-1] == ' ' {
+		return errcode.Errorf(errcode.CodeBadRequest, "idempotency key starts or ends with a space")
+	}
+	return nil
+}
+
+// checkKeys verifies that keys describe disjoint, ordered runs of a file of
+// count records, each under a distinct valid key.
+func checkKeys(keys []TxKey, count int) error {
+	next := 0
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		if err := ValidateKey(k.Key); err != nil {
+			return fmt.Errorf("key %d: %w", i+1, err)
+		}
+		if k.First < next || k.Count < 1 || k.First > count || k.Count > count-k.First {
+			return fmt.Errorf("key %d covers records %d+%d of %d, after %d", i+1, k.First, k.Count, count, next)
+		}
+		if seen[k.Key] {
+			return fmt.Errorf("key %d repeats %q", i+1, k.Key)
+		}
+		seen[k.Key] = true
+		next = k.First + k.Count
+	}
+	return nil
+}
+
+// version is the format version f is written in: 2 only when it carries
+// what version 1 cannot.
+func (f *File) version() byte {
+	if f.TS != 0 || len(f.Keys) > 0 {
+		return fileVersion2
+	}
+	return fileVersion
 }
 
 // Count is the number of records in the file.
@@ -118,6 +189,12 @@ func (f *File) NextPos() Pos { return f.Pos + Pos(len(f.Records)) }
 // All integers are big-endian. The payload is count × (uvarint length,
 // bytes) for records, the sealing epoch (8 bytes) for seals and tombstones,
 // and the raw state for snapshots.
+//
+// Version 2 (written only when the file has a timestamp or keys; snapshots
+// are always version 1) prefixes a records payload with the timestamp (8
+// bytes, signed) and the keys — uvarint count, then per key uvarint length,
+// key, uvarint first record, uvarint record count — and appends the
+// timestamp (8 bytes) to a seal's or tombstone's.
 func Encode(f *File) ([]byte, error) {
 	if len(f.Token) > MaxTokenLen {
 		return nil, errcode.Errorf(errcode.CodeBadRequest, "encode %s file: token of %d bytes, limit %d", f.Kind, len(f.Token), MaxTokenLen)
@@ -135,19 +212,44 @@ func Encode(f *File) ([]byte, error) {
 		if f.Pos == 0 || uint64(len(f.Records)) > math.MaxUint64-uint64(f.Pos) {
 			return nil, errcode.Errorf(errcode.CodeBadRequest, "encode records file: %d records from position %d", len(f.Records), uint64(f.Pos))
 		}
+		if err := checkKeys(f.Keys, len(f.Records)); err != nil {
+			return nil, errcode.Errorf(errcode.CodeBadRequest, "encode records file: %v", err)
+		}
 		n := 0
 		for _, r := range f.Records {
 			n += binary.MaxVarintLen64 + len(r)
 		}
-		payload = make([]byte, 0, n)
+		for _, k := range f.Keys {
+			n += 3*binary.MaxVarintLen64 + len(k.Key)
+		}
+		payload = make([]byte, 0, n+8+binary.MaxVarintLen64)
+		if f.version() == fileVersion2 {
+			payload = binary.BigEndian.AppendUint64(payload, uint64(f.TS))
+			payload = binary.AppendUvarint(payload, uint64(len(f.Keys)))
+			for _, k := range f.Keys {
+				payload = binary.AppendUvarint(payload, uint64(len(k.Key)))
+				payload = append(payload, k.Key...)
+				payload = binary.AppendUvarint(payload, uint64(k.First))
+				payload = binary.AppendUvarint(payload, uint64(k.Count))
+			}
+		}
 		for _, r := range f.Records {
 			payload = binary.AppendUvarint(payload, uint64(len(r)))
 			payload = append(payload, r...)
 		}
 		count = len(f.Records)
 	case KindSeal, KindTombstone:
+		if len(f.Keys) > 0 {
+			return nil, fmt.Errorf("encode %s: keys belong to records", f.Kind)
+		}
 		payload = binary.BigEndian.AppendUint64(nil, f.By)
+		if f.TS != 0 {
+			payload = binary.BigEndian.AppendUint64(payload, uint64(f.TS))
+		}
 	case KindSnapshot:
+		if f.version() != fileVersion {
+			return nil, fmt.Errorf("encode snapshot: snapshots carry no timestamp or keys")
+		}
 		payload = f.State
 	default:
 		return nil, fmt.Errorf("encode file: unknown kind %d", f.Kind)
@@ -157,7 +259,7 @@ func Encode(f *File) ([]byte, error) {
 	}
 	b := make([]byte, headerLen, headerLen+len(f.Token)+len(payload)+trailerLen)
 	copy(b, fileMagic)
-	b[4] = fileVersion
+	b[4] = f.version()
 	b[5] = byte(f.Kind)
 	binary.BigEndian.PutUint16(b[6:], uint16(len(f.Token)))
 	binary.BigEndian.PutUint64(b[8:], f.Epoch)
@@ -207,8 +309,9 @@ func Decode(key string, body []byte) (*File, error) {
 	if got, want := crc32.Checksum(body[:end], castagnoli), binary.BigEndian.Uint32(body[end:]); got != want {
 		return nil, corrupt("checksum mismatch (crc32c %08x, stored %08x)", got, want)
 	}
-	if body[4] != fileVersion {
-		return nil, corrupt("unsupported version %d", body[4])
+	version := body[4]
+	if version != fileVersion && version != fileVersion2 {
+		return nil, corrupt("unsupported version %d", version)
 	}
 	f := &File{
 		Kind:  Kind(body[5]),
@@ -227,8 +330,14 @@ func Decode(key string, body []byte) (*File, error) {
 		if count == 0 {
 			return nil, corrupt("records file with no records")
 		}
-		f.Records = make([][]byte, 0, min(count, len(payload)+1))
 		p := payload
+		if version == fileVersion2 {
+			var err error
+			if p, err = decodeKeys(f, p, count); err != nil {
+				return nil, corrupt("%v", err)
+			}
+		}
+		f.Records = make([][]byte, 0, min(count, len(payload)+1))
 		for i := 0; i < count; i++ {
 			n, k := binary.Uvarint(p)
 			if k <= 0 || n > uint64(len(p)-k) {
@@ -250,13 +359,25 @@ func Decode(key string, body []byte) (*File, error) {
 			return nil, corrupt("%d records from position %d overflow", count, uint64(f.Pos))
 		}
 	case KindSeal, KindTombstone:
-		if count != 0 || len(payload) != 8 {
+		want := 8
+		if version == fileVersion2 {
+			want = 16
+		}
+		if count != 0 || len(payload) != want {
 			return nil, corrupt("%s with %d records and a %d-byte payload", f.Kind, count, len(payload))
 		}
 		f.By = binary.BigEndian.Uint64(payload)
+		if version == fileVersion2 {
+			if f.TS = int64(binary.BigEndian.Uint64(payload[8:])); f.TS == 0 {
+				return nil, corrupt("version 2 %s without a timestamp", f.Kind)
+			}
+		}
 	case KindSnapshot:
 		if count != 0 {
 			return nil, corrupt("snapshot with %d records", count)
+		}
+		if version != fileVersion {
+			return nil, corrupt("snapshot in version %d", version)
 		}
 		f.State = payload
 	default:
@@ -271,6 +392,64 @@ func Decode(key string, body []byte) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// decodeKeys reads a version-2 records payload's timestamp and keys into f
+// and returns the rest of the payload (the records).
+func decodeKeys(f *File, p []byte, count int) ([]byte, error) {
+	if len(p) < 8 {
+		return nil, fmt.Errorf("version 2 records without a timestamp")
+	}
+	f.TS = int64(binary.BigEndian.Uint64(p))
+	p = p[8:]
+	uv := func(what string) (uint64, error) {
+		n, k := binary.Uvarint(p)
+		if k <= 0 || k != uvarintLen(n) {
+			return 0, fmt.Errorf("bad or non-minimal varint for %s", what)
+		}
+		p = p[k:]
+		return n, nil
+	}
+	nk, err := uv("the key count")
+	if err != nil {
+		return nil, err
+	}
+	if nk > uint64(count) {
+		return nil, fmt.Errorf("%d keys for %d records", nk, count)
+	}
+	if nk > 0 {
+		f.Keys = make([]TxKey, 0, nk)
+	}
+	for i := uint64(0); i < nk; i++ {
+		n, err := uv("a key length")
+		if err != nil {
+			return nil, err
+		}
+		if n > uint64(len(p)) || n > MaxKeyLen {
+			return nil, fmt.Errorf("key %d of %d bytes overruns the payload", i+1, n)
+		}
+		k := string(p[:n])
+		p = p[n:]
+		first, err := uv("a key's first record")
+		if err != nil {
+			return nil, err
+		}
+		cnt, err := uv("a key's record count")
+		if err != nil {
+			return nil, err
+		}
+		if first > uint64(count) || cnt > uint64(count) {
+			return nil, fmt.Errorf("key %d covers records %d+%d of %d", i+1, first, cnt, count)
+		}
+		f.Keys = append(f.Keys, TxKey{Key: k, First: int(first), Count: int(cnt)})
+	}
+	if err := checkKeys(f.Keys, count); err != nil {
+		return nil, err
+	}
+	if f.TS == 0 && len(f.Keys) == 0 {
+		return nil, fmt.Errorf("version 2 records with neither a timestamp nor keys")
+	}
+	return p, nil
 }
 
 // uvarintLen is the length of the minimal (binary.AppendUvarint) encoding of n.

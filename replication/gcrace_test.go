@@ -79,7 +79,7 @@ func gcUnderWalk(t *testing.T, m *fakes3.Mem) (logB *replication.Log, lb *owner.
 	}
 	gcDone := make(chan error, 1)
 	go func() {
-		_, err := replication.GC(ctx, m.Client("gc"), cell, replication.GCOptions{})
+		_, err := replication.GC(ctx, m.Client("gc"), cell, replication.GCOptions{DropKeyWindow: true})
 		gcDone <- err
 	}()
 	if err := <-opened; err != nil {
@@ -184,7 +184,7 @@ func TestRestoreFromSnapshotWrittenAgainAfterGC(t *testing.T) {
 		}
 		lb := claim(t, m, "b", true)
 		open(t, m, lb) // seals e1/5
-		rep, err := replication.GC(ctx, m, cell, replication.GCOptions{})
+		rep, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true})
 		if err != nil || !slices.Contains(rep.Deleted, replication.SnapshotKey(cell, 1, 3)) || !slices.Contains(rep.Deleted, replication.SlotKey(cell, 1, 4)) {
 			t.Fatalf("gc: %+v %v", rep, err)
 		}
@@ -219,7 +219,7 @@ func TestLogReadFromResurrectedIndexFile(t *testing.T) {
 	if _, err := logB.Snapshot(ctx, lb, 3, []byte("s3")); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := replication.GC(ctx, m, cell, replication.GCOptions{})
+	rep, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true})
 	if err != nil || !slices.Contains(rep.Deleted, first) {
 		t.Fatalf("gc: %+v %v", rep, err)
 	}

@@ -110,10 +110,7 @@ type closer struct {
 // Close or Abandon: an open log keeps none (a daemon holds one log per
 // cell). l.mu must be held.
 func (l *Log) closerLocked() *closer {
-	if l.c == nil {
-		l.c = &closer{}
-	}
-	return l.c
+	return &l.extrasLocked().c
 }
 
 // Close waits for queued appends, then seals the log's own chain end (a
@@ -249,7 +246,7 @@ func (l *Log) close(ctx context.Context) error {
 		}
 	}
 	l.mu.Lock()
-	werr, next, pos, abandoned := l.err, l.next, l.nextPos, l.state == stateAbandoning
+	werr, next, pos, abandoned, ts := l.err, l.next, l.nextPos, l.state == stateAbandoning, l.lastTS
 	l.mu.Unlock()
 	if brokenHandoffAck {
 		ackHandedOver(handed, l.epoch, next, pos)
@@ -267,7 +264,7 @@ func (l *Log) close(ctx context.Context) error {
 	unknown := werr != nil && errcode.CodeOf(werr) == errcode.CodeAmbiguous
 	for {
 		key := SlotKey(l.s.cell, l.epoch, next)
-		body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch})
+		body, err := Encode(&File{Kind: KindSeal, Epoch: l.epoch, TxID: next, Token: l.lease.Token(), Pos: pos, By: l.epoch, TS: ts})
 		if err != nil {
 			return err
 		}
@@ -281,7 +278,7 @@ func (l *Log) close(ctx context.Context) error {
 		}
 		if unknown && theirs.Kind == KindRecords && theirs.Epoch == l.epoch && theirs.Token == l.lease.Token() {
 			unknown = false // one write at most was in flight
-			next, pos = next+1, theirs.NextPos()
+			next, pos, ts = next+1, theirs.NextPos(), max(ts, theirs.TS)
 			continue
 		}
 		if ferr := l.fenced(key, theirs); errcode.CodeOf(ferr) != errcode.CodeSuperseded {

@@ -18,6 +18,12 @@ type Result struct {
 	// FirstPos and Count describe the whole group commit the record was in.
 	FirstPos Pos
 	Count    int
+	// TS is the record's timestamp: milliseconds since the Unix epoch,
+	// assigned by the owner, never decreasing along the cell's log.
+	TS int64
+	// Replayed is true when a keyed append was answered with the result
+	// of an earlier one with the same key: nothing was written.
+	Replayed bool
 }
 
 // Log is the writer side of a cell's log for one epoch. Open makes one from
@@ -41,8 +47,25 @@ type Log struct {
 	next    TxID         // the next slot to write: every slot below it is durable
 	nextPos Pos          // the position of the first record at next
 	index   []indexEntry // (txid, first position) of files this log wrote
+	lastTS  int64        // the newest timestamp written or fenced: the next one is at least this
 	w       *writer      // the running writer goroutine and its queue (writer.go); nil while none runs
-	c       *closer      // the Close attempts (lifecycle.go); nil until the first one
+	x       *extras      // what only some logs need; nil until the first of them
+}
+
+// extras is the state of a log that only a Close or a keyed append makes,
+// kept out of line: a daemon keeps a Log per held cell, most of them idle.
+type extras struct {
+	c  closer    // the Close attempts (lifecycle.go)
+	ks *keyState // the idempotency window (keyed.go); nil until the first keyed append
+}
+
+// extrasLocked returns the log's extras, made on first use; l.mu must be
+// held.
+func (l *Log) extrasLocked() *extras {
+	if l.x == nil {
+		l.x = &extras{}
+	}
+	return l.x
 }
 
 type indexEntry struct {

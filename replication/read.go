@@ -14,6 +14,7 @@ type Record struct {
 	Pos   Pos    // its position in the cell's log (1-based)
 	Epoch uint64 // the epoch that wrote it
 	TxID  TxID   // the slot of the transaction file that carries it
+	TS    int64  // its timestamp (ms since the Unix epoch; 0 if written before timestamps)
 	Data  []byte
 }
 
@@ -86,7 +87,7 @@ func (s *store) readFrom(ctx context.Context, a anchor, ann *announced, after Po
 		for i, d := range f.Records {
 			p := f.Pos + Pos(i)
 			if p > after && !full() {
-				out = append(out, Record{Pos: p, Epoch: f.Epoch, TxID: f.TxID, Data: d})
+				out = append(out, Record{Pos: p, Epoch: f.Epoch, TxID: f.TxID, TS: f.TS, Data: d})
 			}
 		}
 	}
@@ -260,7 +261,7 @@ func (s *store) restore(ctx context.Context, maxEpoch uint64, until Pos, onSnaps
 				return false, nil
 			}
 			if onRecord != nil {
-				if err := onRecord(Record{Pos: p, Epoch: f.Epoch, TxID: f.TxID, Data: d}); err != nil {
+				if err := onRecord(Record{Pos: p, Epoch: f.Epoch, TxID: f.TxID, TS: f.TS, Data: d}); err != nil {
 					return false, err
 				}
 			}

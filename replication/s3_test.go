@@ -35,7 +35,7 @@ func TestScenariosOverS3(t *testing.T) {
 			if err := lg.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := replication.GC(ctx, b, cell, replication.GCOptions{})
+			rep, err := replication.GC(ctx, b, cell, replication.GCOptions{DropKeyWindow: true})
 			if err != nil || len(rep.Deleted) == 0 {
 				t.Fatalf("gc: %+v %v", rep, err)
 			}

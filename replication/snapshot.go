@@ -89,6 +89,10 @@ func (l *Log) Restore(ctx context.Context, onSnapshot func(Snapshot) error, onRe
 type GCOptions struct {
 	// DryRun reports what would be deleted and deletes nothing.
 	DryRun bool
+	// DropKeyWindow deletes the record files of the idempotency window
+	// too (GC keeps them otherwise): a keyed append retried after that, on
+	// an owner that did not see it land, is appended again.
+	DropKeyWindow bool
 }
 
 // GCReport says what GC deleted (or would delete, in a dry run).
@@ -110,10 +114,59 @@ type GCReport struct {
 	DryRun bool
 }
 
+// keyWindowStart is the lowest slot GC keeps so that a new owner can still
+// learn the idempotency keys of the window (WithIdempotencyWindow): the
+// record files of the last limit slots whose timestamp is within the
+// window's age of the newest. Timestamps never decrease along the chain, so
+// a binary search over the listed files finds it in a few GETs; a log
+// without timestamps (written before them) keeps nothing for it.
+func (s *store) keyWindowStart(ctx context.Context, l listing) (TxID, error) {
+	tops := l.tops(^uint64(0))
+	var tail *File
+	var tailAt TxID
+	for i, tries := len(tops)-1, 0; i >= 0 && tries < 8 && tail == nil; i, tries = i-1, tries+1 {
+		f, err := s.probe(ctx, tops[i].key)
+		if err != nil {
+			return 0, err
+		}
+		if f != nil && f.Kind == KindRecords {
+			tail, tailAt = f, tops[i].txid
+		}
+	}
+	if tail == nil || tail.TS == 0 {
+		return ^TxID(0), nil
+	}
+	cutoff := tail.TS - s.cfg.keyWindow.Milliseconds()
+	lowest := TxID(0)
+	if uint64(tailAt)+1 > uint64(s.cfg.keyLimit) {
+		lowest = tailAt + 1 - TxID(s.cfg.keyLimit)
+	}
+	lo := sort.Search(len(tops), func(i int) bool { return tops[i].txid >= lowest })
+	hi := len(tops)
+	for lo < hi { // the first listed file at or after the cutoff
+		mid := (lo + hi) / 2
+		f, err := s.probe(ctx, tops[mid].key)
+		if err != nil {
+			return 0, err
+		}
+		if f != nil && f.TS >= cutoff {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	if lo == len(tops) {
+		return tailAt, nil
+	}
+	return tops[lo].txid, nil
+}
+
 // GC deletes what the newest snapshot makes redundant: every older
 // snapshot, and every record file at or below the snapshot's txid S in a
 // sealed epoch — an epoch below the snapshot's epoch, or the snapshot's
-// epoch itself once a seal or tombstone ends it. It never deletes a seal or
+// epoch itself once a seal or tombstone ends it — except the record files
+// of the idempotency window (see WithIdempotencyWindow; options set it),
+// which a new owner reads to learn the keys. It never deletes a seal or
 // a tombstone (they keep a paused owner fenced forever), never a file above
 // S, and never a record of an epoch that may still be writing.
 //
@@ -159,8 +212,14 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 	if err != nil {
 		return rep, errcode.Wrap(err, "gc %s", cell)
 	}
+	keep := ^TxID(0)
+	if !opts.DropKeyWindow {
+		if keep, err = s.keyWindowStart(ctx, l); err != nil {
+			return rep, errcode.Wrap(err, "gc %s", cell)
+		}
+	}
 	for _, o := range l.files {
-		if o.txid > S || o.epoch > Xs || (o.epoch == Xs && !sealed) {
+		if o.txid > S || o.epoch > Xs || (o.epoch == Xs && !sealed) || o.txid >= keep {
 			continue
 		}
 		if o.size <= maxMarkerLen {
@@ -221,7 +280,7 @@ func (s *store) remove(ctx context.Context, o listed) error {
 	if o.etag == "" {
 		cond = bucket.None
 	}
-	err := s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+	err := s.retry(ctx, readAttempts, func(ctx context.Context) error {
 		err := s.b.Delete(ctx, o.key, cond)
 		if errors.Is(err, bucket.ErrUnsupported) && cond.Conditional() {
 			cond = bucket.None

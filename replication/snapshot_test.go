@@ -105,12 +105,12 @@ func TestSnapshotAndGC(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		dry, err := replication.GC(ctx, m, cell, replication.GCOptions{DryRun: true})
+		dry, err := replication.GC(ctx, m, cell, replication.GCOptions{DryRun: true, DropKeyWindow: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		keysBefore := m.Keys(replication.LogPrefix(cell))
-		rep, err := replication.GC(ctx, m, cell, replication.GCOptions{})
+		rep, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestSnapshotAndGC(t *testing.T) {
 			}
 		}
 		// GC again finds nothing more.
-		if rep, err := replication.GC(ctx, m, cell, replication.GCOptions{}); err != nil || len(rep.Deleted) != 0 {
+		if rep, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true}); err != nil || len(rep.Deleted) != 0 {
 			t.Fatalf("second gc: %q %v", rep.Deleted, err)
 		}
 
@@ -211,7 +211,7 @@ func TestGCSafety(t *testing.T) {
 	logA := open(t, m, la)
 	g := newLedger()
 	appendN(t, g, logA, la, "a", 3)
-	rep, err := replication.GC(ctx, m, cell, replication.GCOptions{})
+	rep, err := replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true})
 	if err != nil || len(rep.Deleted) != 0 || rep.Snapshot != "" {
 		t.Fatalf("gc without snapshot: %+v %v", rep, err)
 	}
@@ -219,7 +219,7 @@ func TestGCSafety(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The snapshot's own epoch is live: nothing is deleted yet.
-	rep, err = replication.GC(ctx, m, cell, replication.GCOptions{})
+	rep, err = replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true})
 	if err != nil || len(rep.Deleted) != 0 {
 		t.Fatalf("gc of a live epoch deleted %q %v", rep.Deleted, err)
 	}
@@ -229,7 +229,7 @@ func TestGCSafety(t *testing.T) {
 	k := replication.SnapshotKey(cell, 1, 3)
 	body, _ := m.Bytes(k)
 	m.Set(k, body[:len(body)-1])
-	_, err = replication.GC(ctx, m, cell, replication.GCOptions{})
+	_, err = replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true})
 	mustCode(t, err, errcode.CodeCorruptTx)
 	if len(m.Keys(replication.LogPrefix(cell))) != 6 {
 		t.Fatalf("gc with a damaged snapshot deleted files: %q", m.Keys(replication.LogPrefix(cell)))
@@ -237,7 +237,7 @@ func TestGCSafety(t *testing.T) {
 	m.Set(k, body)
 	// Sealed by Close: now the epoch's records go; the seal and the
 	// announcement stay.
-	rep, err = replication.GC(ctx, m, cell, replication.GCOptions{})
+	rep, err = replication.GC(ctx, m, cell, replication.GCOptions{DropKeyWindow: true})
 	if err != nil || len(rep.Deleted) != 3 ||
 		!slices.Equal(m.Keys(replication.LogPrefix(cell)), []string{replication.AnnounceKey(cell, 1), k, replication.SlotKey(cell, 1, 4)}) {
 		t.Fatalf("gc of a closed epoch: %+v %v", rep, err)

@@ -17,19 +17,25 @@ const (
 	DefaultMaxBatchRecords = 4096
 	DefaultMaxBatchBytes   = 4 << 20
 	DefaultRequestTimeout  = 10 * time.Second
-	DefaultReadAttempts    = 8
 )
+
+// readAttempts bounds how often one read is retried on a transient store
+// error before the operation fails with DEED-E011. The resolution of an
+// ambiguous write is not bounded by it: a writer retries its slot until the
+// outcome is known or its context ends.
+const readAttempts = 8
 
 type config struct {
 	maxBatchRecords int
 	maxBatchBytes   int
 	requestTimeout  time.Duration
-	readAttempts    int
 	backoffMin      time.Duration
 	backoffMax      time.Duration
 	logger          *slog.Logger
 	indexLen        int
 	onCommit        func(records, puts int)
+	keyWindow       time.Duration
+	keyLimit        int
 	// shared is the configuration a Shared option built, which a store
 	// given only that option points to instead of keeping a copy.
 	shared *config
@@ -40,11 +46,12 @@ func defaults() config {
 		maxBatchRecords: DefaultMaxBatchRecords,
 		maxBatchBytes:   DefaultMaxBatchBytes,
 		requestTimeout:  DefaultRequestTimeout,
-		readAttempts:    DefaultReadAttempts,
 		backoffMin:      10 * time.Millisecond,
 		backoffMax:      time.Second,
 		logger:          slog.New(slog.DiscardHandler),
 		indexLen:        1 << 16,
+		keyWindow:       DefaultKeyWindow,
+		keyLimit:        DefaultKeyLimit,
 	}
 }
 
@@ -85,18 +92,6 @@ func WithBackoff(lo, hi time.Duration) Option {
 		}
 		if hi >= c.backoffMin {
 			c.backoffMax = hi
-		}
-	}
-}
-
-// WithReadAttempts bounds how often one read is retried on a transient
-// store error before the operation fails with DEED-E011 (default 8). The
-// resolution of an ambiguous write is not bounded by it: a writer retries
-// its slot until the outcome is known or its context ends.
-func WithReadAttempts(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.readAttempts = n
 		}
 	}
 }
@@ -191,7 +186,7 @@ func (s *store) retry(ctx context.Context, attempts int, op func(ctx context.Con
 // MaxFileLen is DEED-E031 (matching bucket.ErrTooLarge), refused before its
 // body is read.
 func (s *store) get(ctx context.Context, key string) (body []byte, found bool, err error) {
-	err = s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+	err = s.retry(ctx, readAttempts, func(ctx context.Context) error {
 		obj, err := s.b.Get(ctx, key, MaxFileLen)
 		body = obj.Body
 		return err
@@ -219,7 +214,7 @@ func (s *store) read(ctx context.Context, key string) (f *File, body []byte, err
 
 // head reports whether key exists.
 func (s *store) head(ctx context.Context, key string) (bool, error) {
-	err := s.retry(ctx, s.cfg.readAttempts, func(ctx context.Context) error {
+	err := s.retry(ctx, readAttempts, func(ctx context.Context) error {
 		_, err := s.b.Head(ctx, key)
 		return err
 	})
@@ -250,7 +245,7 @@ type retryingList struct {
 }
 
 func (r retryingList) List(ctx context.Context, in bucket.ListInput) (page bucket.ListPage, err error) {
-	err = r.s.retry(ctx, r.s.cfg.readAttempts, func(ctx context.Context) error {
+	err = r.s.retry(ctx, readAttempts, func(ctx context.Context) error {
 		page, err = r.s.b.List(ctx, in)
 		return err
 	})

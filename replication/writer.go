@@ -36,19 +36,41 @@ type writer struct {
 // while the record's PUT is in flight, the outcome is unknown (DEED-E012):
 // the record may still become durable.
 func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Result, error) {
-	if err := l.borrow(lease); err != nil {
+	return l.AppendWith(ctx, lease, record, AppendOptions{})
+}
+
+// AppendWith is Append with an idempotency key or a position condition
+// (see AppendOptions and AppendBatch).
+func (l *Log) AppendWith(ctx context.Context, lease *owner.Lease, record []byte, opts AppendOptions) (Result, error) {
+	b, err := l.AppendBatch(ctx, lease, [][]byte{record}, opts)
+	if err != nil {
 		return Result{}, err
 	}
-	p := &pending{data: record, done: make(chan outcome, 1)}
+	return Result{Epoch: b.Epoch, TxID: b.TxID, Pos: b.FirstPos, FirstPos: b.TxPos, Count: b.TxCount, TS: b.TS, Replayed: b.Replayed}, nil
+}
+
+// enqueue queues p for the writer and waits for its outcome, as Append
+// describes.
+func (l *Log) enqueue(ctx context.Context, p *pending) (BatchResult, error) {
 	l.mu.Lock()
 	switch {
 	case l.err != nil:
 		err := l.notSent(l.err)
 		l.mu.Unlock()
-		return Result{}, err
+		return BatchResult{}, err
 	case l.state != stateOpen:
 		l.mu.Unlock()
-		return Result{}, errcode.Errorf(errcode.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+		return BatchResult{}, errcode.Errorf(errcode.CodeBadRequest, "append to %s epoch %d: %w", l.s.cell, l.epoch, ErrClosed)
+	}
+	if p.match != 0 && brokenStaleMatch && p.match != l.nextPos {
+		// The broken rule: the condition judged against the chain's end
+		// as it is now, not where the record will actually go.
+		next := l.nextPos
+		l.mu.Unlock()
+		return BatchResult{}, mismatch(l.s.cell, p.match, next)
+	}
+	if p.key != "" {
+		l.keysLocked().flight[p.key] = p
 	}
 	if l.w == nil {
 		l.startLocked()
@@ -69,11 +91,12 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		for i, q := range l.queueLocked() {
 			if q == p {
 				l.w.queue = append(l.w.queue[:i], l.w.queue[i+1:]...)
+				l.settleLocked(p, outcome{err: fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())})
 				break
 			}
 		}
 		l.mu.Unlock()
-		return Result{}, fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())
+		return BatchResult{}, fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())
 	}
 	l.mu.Unlock()
 	select {
@@ -81,7 +104,7 @@ func (l *Log) Append(ctx context.Context, lease *owner.Lease, record []byte) (Re
 		return o.res, o.err
 	default:
 	}
-	return Result{}, errcode.Errorf(errcode.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
+	return BatchResult{}, errcode.Errorf(errcode.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
 }
 
 // startLocked starts the writer goroutine; l.mu must be held. Its context
@@ -147,8 +170,10 @@ func (l *Log) run() {
 			q := l.w.queue
 			err := l.notSent(l.err)
 			l.stopLocked()
+			for _, p := range q {
+				l.settleLocked(p, outcome{err: err})
+			}
 			l.mu.Unlock()
-			fail(q, err)
 			return
 		}
 		if len(l.w.queue) == 0 {
@@ -172,6 +197,10 @@ func (l *Log) run() {
 		}
 		lingered = false
 		batch := l.takeLocked()
+		if len(batch) == 0 { // every one refused by its condition
+			l.mu.Unlock()
+			continue
+		}
 		txid, pos := l.next, l.nextPos
 		l.mu.Unlock()
 		l.commit(batch, txid, pos)
@@ -205,19 +234,30 @@ func (l *Log) settle(last int) {
 }
 
 // takeLocked removes the next group commit from the queue: at least one
-// record, then as many as fit the bounds.
+// append, then as many as fit the bounds; an append (a batch) is never
+// split. A conditional append whose position would not be the one it names
+// is settled here, refused unwritten: this is where its position is
+// decided, right behind the appends taken before it.
 func (l *Log) takeLocked() []*pending {
-	n, size := 0, 0
-	for n < len(l.w.queue) && n < l.s.cfg.maxBatchRecords {
-		d := len(l.w.queue[n].data)
-		if n > 0 && size+d > l.s.cfg.maxBatchBytes {
+	n, size, recs := 0, 0, 0
+	pos := l.nextPos
+	var batch []*pending
+	for n < len(l.w.queue) {
+		p := l.w.queue[n]
+		if p.match != 0 && p.match != pos+Pos(recs) && !brokenStaleMatch {
+			l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, pos+Pos(recs))})
+			l.w.queue = append(l.w.queue[:n], l.w.queue[n+1:]...)
+			continue
+		}
+		d := p.size()
+		if len(batch) > 0 && (size+d > l.s.cfg.maxBatchBytes || recs+len(p.recs) > l.s.cfg.maxBatchRecords) {
 			break
 		}
 		size += d
+		recs += len(p.recs)
+		batch = append(batch, p)
 		n++
 	}
-	batch := make([]*pending, n)
-	copy(batch, l.w.queue[:n])
 	rest := copy(l.w.queue, l.w.queue[n:])
 	clear(l.w.queue[rest:]) // no stale pointers to settled appends
 	l.w.queue = l.w.queue[:rest]
@@ -239,10 +279,13 @@ func (l *Log) notSent(err error) error {
 	return errcode.Errorf(errcode.CodeUnavailable, "append to %s epoch %d: not written: the log stopped after a write of unknown outcome (%v)", l.s.cell, l.epoch, err)
 }
 
-func fail(q []*pending, err error) {
+// fail settles every append of q with err.
+func (l *Log) fail(q []*pending, err error) {
+	l.mu.Lock()
 	for _, p := range q {
-		p.done <- outcome{err: err}
+		l.settleLocked(p, outcome{err: err})
 	}
+	l.mu.Unlock()
 }
 
 func (l *Log) setErr(err error) {
@@ -259,18 +302,24 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 	// write. A write already started is always resolved, never abandoned.
 	if err := l.lease.Check(); err != nil {
 		l.setErr(err)
-		fail(batch, err)
+		l.fail(batch, err)
 		return
 	}
-	f := &File{Kind: KindRecords, Epoch: l.epoch, TxID: txid, Token: l.lease.Token(), Pos: pos, Records: make([][]byte, len(batch))}
-	for i, p := range batch {
-		f.Records[i] = p.data
+	l.mu.Lock()
+	ts := max(nowMillis(), l.lastTS) // never below what this epoch, or one it fenced, wrote
+	l.mu.Unlock()
+	f := &File{Kind: KindRecords, Epoch: l.epoch, TxID: txid, Token: l.lease.Token(), Pos: pos, TS: ts}
+	for _, p := range batch {
+		if p.key != "" {
+			f.Keys = append(f.Keys, TxKey{Key: p.key, First: len(f.Records), Count: len(p.recs)})
+		}
+		f.Records = append(f.Records, p.recs...)
 	}
 	key := SlotKey(l.s.cell, l.epoch, txid)
 	body, err := Encode(f)
 	if err != nil {
 		// Nothing was sent; only this batch fails.
-		fail(batch, err)
+		l.fail(batch, err)
 		return
 	}
 	if brokenEarlyAck {
@@ -282,22 +331,28 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 	}
 	if err != nil {
 		l.setErr(err)
-		fail(batch, err)
+		l.fail(batch, err)
 		return
 	}
-	if f := l.s.cfg.onCommit; f != nil {
-		f(len(batch), puts)
+	if obs := l.s.cfg.onCommit; obs != nil {
+		obs(len(f.Records), puts)
 	}
 	l.mu.Lock()
-	l.next, l.nextPos = txid+1, f.NextPos()
+	l.next, l.nextPos, l.lastTS = txid+1, f.NextPos(), ts
 	l.index = append(l.index, indexEntry{txid: txid, pos: pos})
 	if len(l.index) > l.s.cfg.indexLen {
 		l.index = append(l.index[:0], l.index[len(l.index)-l.s.cfg.indexLen/2:]...)
 	}
-	l.mu.Unlock()
-	for i, p := range batch {
-		p.done <- outcome{res: Result{Epoch: l.epoch, TxID: txid, Pos: pos + Pos(i), FirstPos: pos, Count: len(batch)}}
+	at := pos
+	for _, p := range batch {
+		res := BatchResult{Epoch: l.epoch, TxID: txid, FirstPos: at, LastPos: at + Pos(len(p.recs)) - 1, TS: ts, TxPos: pos, TxCount: len(f.Records)}
+		at += Pos(len(p.recs))
+		if p.key != "" {
+			l.keysLocked().remember(p.key, p.digest, res, l.s.cfg)
+		}
+		l.settleLocked(p, outcome{res: res})
 	}
+	l.mu.Unlock()
 }
 
 // fenced handles someone else's file at our own slot.
@@ -310,14 +365,55 @@ func (l *Log) fenced(key string, theirs *File) error {
 	return errcode.Errorf(errcode.CodeNotHolder, "slot %s holds records of another writer (epoch %d)", key, theirs.Epoch)
 }
 
-// pending is one Append waiting for its group commit.
+// pending is one Append (or AppendBatch) waiting for its group commit.
 type pending struct {
-	data  []byte
-	taken bool // picked up by the writer: the outcome is no longer ours to cancel
-	done  chan outcome
+	recs   [][]byte
+	key    string   // its idempotency key, "" for none
+	digest [16]byte // of recs, when keyed
+	match  Pos      // the position its first record must get, 0 for any
+	taken  bool     // picked up by the writer: the outcome is no longer ours to cancel
+	done   chan outcome
+	// settled is closed once out holds the outcome, for the appends with
+	// the same key that wait for this one (keyed appends only).
+	settled chan struct{}
+	out     outcome
+}
+
+func (p *pending) size() int {
+	n := 0
+	for _, r := range p.recs {
+		n += len(r)
+	}
+	return n
+}
+
+// settleLocked gives p its outcome, once, and ends its place among the
+// keys in flight (a success is in the window by now); l.mu must be held.
+func (l *Log) settleLocked(p *pending, o outcome) {
+	if p.key != "" && l.x != nil && l.x.ks != nil && l.x.ks.flight[p.key] == p {
+		delete(l.x.ks.flight, p.key)
+	}
+	p.settleLocked(o)
+}
+
+// settleLocked gives p its outcome, once; the log's mutex must be held.
+func (p *pending) settleLocked(o outcome) {
+	if p.settled != nil {
+		select {
+		case <-p.settled:
+			return
+		default:
+		}
+		p.out = o
+		close(p.settled)
+	}
+	select {
+	case p.done <- o:
+	default:
+	}
 }
 
 type outcome struct {
-	res Result
+	res BatchResult
 	err error
 }

@@ -148,7 +148,7 @@ func (b *gcsBucket) object(ctx context.Context, op, key string, cond bucket.Cond
 	return o, ctx, cancel, nil
 }
 
-// classify is the one place a GCS answer becomes a typed error: it finds
+// classifyErr is the one place a GCS answer becomes a typed error: it finds
 // the HTTP status and GCS reason in the SDK's error and hands them to
 // bucket.Classify. GCS answers a failed generation precondition with 412
 // (conditionNotMet), a create-only write on an existing object included,
@@ -156,7 +156,7 @@ func (b *gcsBucket) object(ctx context.Context, op, key string, cond bucket.Cond
 // family needs to apply. A 404 on an upload or a listing can only mean the
 // bucket is missing (no object has to exist for either); it is reported as
 // S3's NoSuchBucket, which no quirk reinterprets as a precondition failure.
-func classify(op, key string, cond bucket.Condition, err error) *bucket.OpError {
+func classifyErr(op, key string, cond bucket.Condition, err error) *bucket.OpError {
 	status, code := 0, ""
 	var ge *googleapi.Error
 	switch {
@@ -192,6 +192,13 @@ func badKey(op, key string, err error) error {
 	return errcode.Errorf(errcode.CodeBadRequest, "%s %q: %w", op, key, err)
 }
 
+// classify is classifyErr naming this bucket in an ErrNoBucket.
+func (b *gcsBucket) classify(op, key string, cond bucket.Condition, err error) *bucket.OpError {
+	oe := classifyErr(op, key, cond, err)
+	oe.Bucket = b.bkt.BucketName()
+	return oe
+}
+
 // Get refuses an object over max from the size GCS announces before
 // reading its body, and reads at most max+1 bytes otherwise.
 func (b *gcsBucket) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
@@ -200,7 +207,7 @@ func (b *gcsBucket) Get(ctx context.Context, key string, max int64) (bucket.Obje
 	}
 	r, err := b.bkt.Object(key).NewReader(ctx)
 	if err != nil {
-		return bucket.Object{}, classify("get", key, bucket.None, err)
+		return bucket.Object{}, b.classify("get", key, bucket.None, err)
 	}
 	defer r.Close()
 	obj := bucket.Object{Key: key, ETag: etag(r.Attrs.Generation)}
@@ -213,7 +220,7 @@ func (b *gcsBucket) Head(ctx context.Context, key string) (bucket.Info, error) {
 	}
 	a, err := b.bkt.Object(key).Attrs(ctx)
 	if err != nil {
-		return bucket.Info{}, classify("head", key, bucket.None, err)
+		return bucket.Info{}, b.classify("head", key, bucket.None, err)
 	}
 	return bucket.Info{Key: key, ETag: etag(a.Generation), Size: a.Size, LastModified: a.Updated}, nil
 }
@@ -237,10 +244,10 @@ func (b *gcsBucket) Put(ctx context.Context, key string, body []byte, cond bucke
 	w.ContentType = "application/octet-stream"
 	if _, err := io.Copy(w, bytes.NewReader(body)); err != nil {
 		_ = w.Close()
-		return "", classify("put", key, cond, err)
+		return "", b.classify("put", key, cond, err)
 	}
 	if err := w.Close(); err != nil {
-		return "", classify("put", key, cond, err)
+		return "", b.classify("put", key, cond, err)
 	}
 	return etag(w.Attrs().Generation), nil
 }
@@ -260,7 +267,7 @@ func (b *gcsBucket) Delete(ctx context.Context, key string, cond bucket.Conditio
 	}
 	defer cancel()
 	if err := o.Delete(ctx); err != nil {
-		oe := classify("delete", key, cond, err)
+		oe := b.classify("delete", key, cond, err)
 		if !cond.Conditional() && errors.Is(oe, bucket.ErrNotFound) {
 			return nil
 		}
@@ -286,7 +293,7 @@ func (b *gcsBucket) List(ctx context.Context, in bucket.ListInput) (bucket.ListP
 	var attrs []*storage.ObjectAttrs
 	next, err := iterator.NewPager(b.bkt.Objects(ctx, q), size, in.Token).NextPage(&attrs)
 	if err != nil {
-		return bucket.ListPage{}, classify("list", in.Prefix, bucket.None, err)
+		return bucket.ListPage{}, b.classify("list", in.Prefix, bucket.None, err)
 	}
 	page := bucket.ListPage{NextToken: next}
 	for _, a := range attrs {

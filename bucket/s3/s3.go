@@ -29,6 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/deedkit/deed/bucket"
@@ -109,7 +110,12 @@ func Open(ctx context.Context, loc bucket.Location, opts Options) (bucket.Bucket
 		}
 	}
 
-	var load []func(*config.LoadOptions) error
+	// The SDK logs to the process's stderr on its own (the instance
+	// metadata client's "WARN falling back to IMDSv1" when no credentials
+	// are found): a line deed's caller did not ask for, without a code,
+	// ahead of --json output. What it would say reaches the caller as the
+	// error of the request it concerns.
+	load := []func(*config.LoadOptions) error{config.WithLogger(logging.Nop{})}
 	if opts.Region != "" {
 		load = append(load, config.WithRegion(opts.Region))
 	}
@@ -250,6 +256,13 @@ func caBundleClient(c *http.Client, path string) (*http.Client, error) {
 // "localhost:9000" (parsed as scheme "localhost").
 func checkEndpoint(raw string) error {
 	// The endpoint may carry user:pass@: an error names it without them.
+	if !strings.Contains(raw, "://") {
+		shown := raw
+		if _, host, ok := strings.Cut(raw, "@"); ok {
+			shown = host
+		}
+		return fmt.Errorf("endpoint %q has no scheme: write http://%s (or https://%s)", shown, shown, shown)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		var ue *url.Error
@@ -358,6 +371,13 @@ func notS3Status(status int) bool {
 	return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 }
 
+// classify is classifySDK naming this bucket in an ErrNoBucket.
+func (b *s3Bucket) classify(op, key string, cond bucket.Condition, err error) *bucket.OpError {
+	oe := classifySDK(op, key, cond, err)
+	oe.Bucket = b.name
+	return oe
+}
+
 // classifySDK extracts the HTTP status and S3 error code from an SDK error and
 // hands them to bucket.Classify, the one place that decides what they mean.
 func classifySDK(op, key string, cond bucket.Condition, err error) *bucket.OpError {
@@ -420,7 +440,7 @@ func (b *s3Bucket) Get(ctx context.Context, key string, max int64) (bucket.Objec
 	}
 	out, err := b.reads.GetObject(ctx, &awss3.GetObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
-		return bucket.Object{}, classifySDK("get", key, bucket.None, err)
+		return bucket.Object{}, b.classify("get", key, bucket.None, err)
 	}
 	defer out.Body.Close()
 	obj := bucket.Object{Key: key, ETag: aws.ToString(out.ETag)}
@@ -437,7 +457,7 @@ func (b *s3Bucket) Head(ctx context.Context, key string) (bucket.Info, error) {
 	}
 	out, err := b.reads.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: &b.name, Key: &key})
 	if err != nil {
-		return bucket.Info{}, classifySDK("head", key, bucket.None, err)
+		return bucket.Info{}, b.classify("head", key, bucket.None, err)
 	}
 	return bucket.Info{
 		Key:          key,
@@ -472,7 +492,7 @@ func (b *s3Bucket) Put(ctx context.Context, key string, body []byte, cond bucket
 	defer cancel()
 	out, err := client.PutObject(ctx, in)
 	if err != nil {
-		return "", classifySDK("put", key, cond, err)
+		return "", b.classify("put", key, cond, err)
 	}
 	return aws.ToString(out.ETag), nil
 }
@@ -496,7 +516,7 @@ func (b *s3Bucket) Delete(ctx context.Context, key string, cond bucket.Condition
 	client, ctx, cancel := b.writeClient(ctx, cond)
 	defer cancel()
 	if _, err := client.DeleteObject(ctx, in); err != nil {
-		oe := classifySDK("delete", key, cond, err)
+		oe := b.classify("delete", key, cond, err)
 		if !cond.Conditional() && errors.Is(oe, bucket.ErrNotFound) {
 			return nil
 		}
@@ -523,7 +543,7 @@ func (b *s3Bucket) List(ctx context.Context, in bucket.ListInput) (bucket.ListPa
 	}
 	out, err := b.reads.ListObjectsV2(ctx, req)
 	if err != nil {
-		return bucket.ListPage{}, classifySDK("list", in.Prefix, bucket.None, err)
+		return bucket.ListPage{}, b.classify("list", in.Prefix, bucket.None, err)
 	}
 	// A web page parses as an empty listing; an empty listing from
 	// something that is not S3 would be a confident wrong answer.

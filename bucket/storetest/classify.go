@@ -43,6 +43,7 @@ var (
 	eU = bucket.ErrUnavailable
 	eX = bucket.ErrUnsupported
 	eD = bucket.ErrAccessDenied
+	eB = bucket.ErrNoBucket
 )
 
 // ClassRows is the classification table: the response (status 0 = none)
@@ -58,7 +59,7 @@ var ClassRows = []ClassRow{
 	{"409 BlobAlreadyExists", 409, "BlobAlreadyExists", [8]error{eU, eU, eU, eU, eP, eC, eU, eC}},
 	{"409 ObjectParentIsFile", 409, "ObjectParentIsFile", [8]error{eX, eX, eX, eX, eX, eX, eX, eX}},
 	{"404 NoSuchKey", 404, "NoSuchKey", [8]error{eN, eN, eN, eN, eN, eP, eN, eN}},
-	{"404 NoSuchBucket", 404, "NoSuchBucket", [8]error{eU, eU, eU, eU, eA, eA, eU, eA}},
+	{"404 NoSuchBucket", 404, "NoSuchBucket", [8]error{eB, eB, eB, eB, eA, eA, eB, eA}},
 	{"403", 403, "AccessDenied", [8]error{eD, eD, eD, eD, eD, eD, eD, eD}},
 	{"501", 501, "NotImplemented", [8]error{eX, eX, eX, eX, eX, eX, eX, eX}},
 	{"500", 500, "InternalError", [8]error{eU, eU, eU, eU, eA, eA, eU, eA}},
@@ -69,4 +70,4 @@ var ClassRows = []ClassRow{
 }
 
 // Kinds is every kind of error the table names.
-var Kinds = []error{eP, eC, eN, eA, eU, eX, eD}
+var Kinds = []error{eP, eC, eN, eA, eU, eX, eD, eB}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +27,7 @@ type apiFlags struct {
 	token     string
 	tokenFile string
 	caCert    string
+	retryFor  time.Duration // an append's retries (client.Options.RetryFor); 0: the client's default
 }
 
 func (f *apiFlags) register(cmd *cobra.Command) {
@@ -80,7 +82,7 @@ func (f *apiFlags) clientAt(cfg *config, cmd *cobra.Command, addr string) (*clie
 	}
 	// The token from a file or the environment comes with its newline,
 	// which the client trims.
-	return client.New(strings.TrimSuffix(addr, "/"), client.Options{Token: token, HTTPClient: hc})
+	return client.New(strings.TrimSuffix(addr, "/"), client.Options{Token: token, HTTPClient: hc, RetryFor: f.retryFor})
 }
 
 // redactURL masks the password of a URL with user:pass@ in it, for every

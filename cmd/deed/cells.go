@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -123,8 +124,9 @@ func (w *heldWait) retry(ctx context.Context, what string, try func() error) err
 // Node every time, so the node's Observer accumulates history: an owner
 // whose node lease stays unchanged for TTL+margin is judged dead and taken
 // over. before, when set, runs before each attempt (a check that may
-// answer "held" too).
-func (w *heldWait) claim(ctx context.Context, n *owner.Node, cell string, force bool, before func() error) (*owner.Lease, error) {
+// answer "held" too). A refusal because the cell is held ends with next,
+// what the command can do about it.
+func (w *heldWait) claim(ctx context.Context, n *owner.Node, cell string, force bool, before func() error, next string) (*owner.Lease, error) {
 	var l *owner.Lease
 	err := w.retry(ctx, "cell", func() error {
 		if before != nil {
@@ -136,8 +138,20 @@ func (w *heldWait) claim(ctx context.Context, n *owner.Node, cell string, force 
 		l, err = n.Claim(ctx, cell, owner.ClaimOptions{Force: force})
 		return err
 	})
+	var held *owner.HeldError
+	if errors.As(err, &held) && next != "" {
+		err = errcode.Errorf(errcode.CodeHeld, "%s; %s", strings.TrimPrefix(err.Error(), string(errcode.CodeHeld)+" "), next)
+	}
 	return l, err
 }
+
+// The next steps after a refusal because a live node holds the cell:
+// claim can wait or force, exec can only wait (forcing a cell from the
+// daemon that writes its log is claim's act).
+const (
+	claimHeldHint = "--wait DURATION waits for it to be released or its holder to die; --force takes it over now, cutting the holder off"
+	execHeldHint  = "--wait DURATION waits for it to be released or its holder to die"
+)
 
 // closeNode releases every cell the node still holds and its node lease,
 // within releaseTimeout even when ctx was cancelled (an interrupt).

@@ -99,15 +99,15 @@ could not be renewed in time) it exits 3 with DEED-E021 or DEED-E025.`,
 			if hold {
 				// Open refuses a node id that a live process renews.
 				if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
-					return errcode.Wrap(err, "claim %s", cell)
+					return errcode.Wrap(liveNodeHint(err, "claim"), "claim %s", cell)
 				}
 				defer cfg.dropOwnLease(ctx, b, n, log) // after every path closed n
 			} else if cfg.nodeSet {
 				// A one-shot claim opens no node lease, so nothing else
 				// stops it acting as a live process's id.
-				before = func() error { return refuseLiveNode(ctx, b, cfg.node) }
+				before = func() error { return refuseLiveNode(ctx, b, cfg.node, claimAsLiveHint("claim")) }
 			}
-			l, err := hw.claim(ctx, n, cell, force, before)
+			l, err := hw.claim(ctx, n, cell, force, before, claimHeldHint)
 			if err != nil {
 				if hold {
 					closeNode(ctx, n, log)

@@ -38,9 +38,8 @@ func (e *cellEnv) daemon(t *testing.T, node string) *cliDaemon {
 	return cd
 }
 
-// append reading its record from a terminal says so on stderr; from a pipe
-// it stays silent. /dev/null stands in for the terminal: it is a character
-// device too, which is what the check looks at.
+// append reading its record from a pipe or /dev/null stays silent (a
+// terminal gets a hint: TestAppendHintOnATerminal).
 func TestAppendStdinHint(t *testing.T) {
 	e := newCellEnv(t)
 	d := e.daemon(t, "d1")
@@ -60,19 +59,17 @@ func TestAppendStdinHint(t *testing.T) {
 	}
 	pr.Close()
 
-	tty, err := os.Open(os.DevNull)
+	// /dev/null is a character device but no terminal: no hint. It reads
+	// as empty, so the append itself is refused (DEED-E040). The hint on a
+	// terminal is TestAppendHintOnATerminal's (a pseudo-terminal, Linux).
+	null, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tty.Close()
-	if fi, err := tty.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		t.Skipf("%s is not a character device here", os.DevNull)
-	}
-	stdin = tty
-	// The device reads as empty, so the append itself is refused (an empty
-	// append is DEED-E040); the hint must come first all the same.
-	if r := e.run(t, "append", "c"); r.status != 2 || !strings.Contains(r.stderr, "reading the record from standard input") || !strings.Contains(r.stderr, "empty append") {
-		t.Errorf("append from a character device: exit %d, stderr %q (want the hint, then the empty-append refusal)", r.status, r.stderr)
+	defer null.Close()
+	stdin = null
+	if r := e.run(t, "append", "c"); r.status != 2 || strings.Contains(r.stderr, "reading the record from standard input") || !strings.Contains(r.stderr, "empty append") {
+		t.Errorf("append from /dev/null: exit %d, stderr %q (want no hint, the empty-append refusal)", r.status, r.stderr)
 	}
 }
 
@@ -83,7 +80,7 @@ func TestAppendRead(t *testing.T) {
 
 	r := e.run(t, "append", "orders", "first", "--json")
 	wantExit(t, r, 0, "")
-	if v := decode[client.AppendResult](t, r.stdout); v != (client.AppendResult{Cell: "orders", Epoch: 1, TxID: 1, Pos: 1}) {
+	if v := decode[client.AppendResult](t, r.stdout); v.TS == 0 || v != (client.AppendResult{Cell: "orders", Epoch: 1, TxID: 1, Pos: 1, TS: v.TS}) {
 		t.Fatalf("append = %+v", v)
 	}
 	// From standard input, with "-" or without DATA; bytes unchanged.
@@ -140,12 +137,21 @@ func TestAppendRead(t *testing.T) {
 	// A forced claim from the CLI seals the daemon's epoch: its next append
 	// is refused (DEED-E021, exit 3), and everything it acknowledged stays.
 	wantExit(t, e.run(t, "claim", "orders", "--node", "ops", "--force"), 0, "")
-	r = e.run(t, "append", "orders", "late")
+	r = e.run(t, "append", "orders", "late", "--retry-for", "0")
 	wantExit(t, r, 3, errcode.CodeSuperseded)
 	r = e.run(t, "read", "orders")
 	wantExit(t, r, 0, "")
 	if r.stdout != "1\tfirst\n2\ttwo\nlines\n3\tthird\n" {
 		t.Fatalf("read after the forced claim:\n%q", r.stdout)
+	}
+	// By default the refusal is retried with the same key: the daemon
+	// claims the cell again and the record lands once.
+	wantExit(t, e.run(t, "claim", "orders", "--node", "ops", "--force"), 0, "")
+	r = e.run(t, "append", "orders", "late")
+	wantExit(t, r, 0, "")
+	r = e.run(t, "read", "orders")
+	if r.stdout != "1\tfirst\n2\ttwo\nlines\n3\tthird\n4\tlate\n" {
+		t.Fatalf("read after the retried append:\n%q", r.stdout)
 	}
 
 	// Bad input is refused before any request.
@@ -153,6 +159,8 @@ func TestAppendRead(t *testing.T) {
 	for _, args := range [][]string{
 		{"append", "a/b", "x"}, {"read", ".."}, {"append", "ok", "x", "--addr", "127.0.0.1:7480"},
 		{"read", "ok", "--addr", "ftp://h"}, {"read", "ok", "--limit", "-1"}, {"read", "ok", "--poll", "0s"},
+		{"append", "ok", "x", "--key", "bad\tkey"}, {"append", "ok", "x", "--match-pos", "0"}, {"append", "ok", "--batch", "/nonexistent"},
+		{"append", "ok", "x", "--retry-for", "-1s"}, {"append", "ok", "--batch", "-", "--batch-format", "csv"},
 	} {
 		r := e.run(t, args...)
 		if r.status != 2 {
@@ -234,5 +242,46 @@ func TestAPIErrorMapping(t *testing.T) {
 			}
 		}
 		srv.Close()
+	}
+}
+
+// append --key answers a second run from the first; --match-pos refuses a
+// taken position (exit 6, naming the next); --batch appends the lines of a
+// file atomically.
+func TestAppendKeyMatchBatch(t *testing.T) {
+	e := newCellEnv(t)
+	d := e.daemon(t, "d1")
+	e.env[envAddr], e.env[envToken] = d.url, testToken
+	first := e.run(t, "append", "c", "v", "--key", "k1", "--json")
+	wantExit(t, first, 0, "")
+	again := e.run(t, "append", "c", "v", "--key", "k1", "--json")
+	wantExit(t, again, 0, "")
+	if v := decode[client.AppendResult](t, first.stdout); v.Pos != 1 || strings.Contains(first.stdout, "replayed") || !strings.Contains(again.stdout, `"replayed":true`) ||
+		decode[client.AppendResult](t, again.stdout) != v {
+		t.Fatalf("first %q, again %q", first.stdout, again.stdout)
+	}
+	wantExit(t, e.run(t, "append", "c", "w", "--key", "k1"), 2, errcode.CodeKeyReused)
+	r := e.run(t, "append", "c", "w", "--match-pos", "1")
+	wantExit(t, r, 6, errcode.CodePosMismatch)
+	if !strings.Contains(r.stderr, "next position is 2") {
+		t.Errorf("mismatch stderr %q", r.stderr)
+	}
+	wantExit(t, e.run(t, "append", "c", "w", "--match-pos", "2"), 0, "")
+	file := t.TempDir() + "/batch.jsonl"
+	if err := os.WriteFile(file, []byte("1\r\n[2]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = e.run(t, "append", "c", "--batch", file, "--batch-format", "jsonl")
+	wantExit(t, r, 0, "")
+	if r.stdout != "appended 2 records to c at positions 3..4 (epoch 1, txid 3)\n" {
+		t.Errorf("batch stdout %q", r.stdout)
+	}
+	if err := os.WriteFile(file, []byte("{\"a\":1}\nnot json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, e.run(t, "append", "c", "--batch", file, "--batch-format", "jsonl"), 2, errcode.CodeBadRequest)
+	r = e.run(t, "read", "c")
+	if r.stdout != "1\tv\n2\tw\n3\t1\n4\t[2]\n" {
+		t.Fatalf("read:\n%q", r.stdout)
 	}
 }

@@ -53,6 +53,13 @@ func TestExecHelperProcess(t *testing.T) {
 // e2eBucket opens the cluster's whole bucket from its environment.
 func e2eBucket(t *testing.T, c *e2eCluster) bucket.Bucket {
 	t.Helper()
+	return e2eBucketPrefix(t, c, false)
+}
+
+// e2eBucketPrefix is e2eBucket, under the cluster's --bucket prefix when
+// prefixed is set (the view the daemons have).
+func e2eBucketPrefix(t *testing.T, c *e2eCluster, prefixed bool) bucket.Bucket {
+	t.Helper()
 	var endpoint, url string
 	for _, kv := range c.env {
 		if v, ok := strings.CutPrefix(kv, envEndpoint+"="); ok {
@@ -66,7 +73,9 @@ func e2eBucket(t *testing.T, c *e2eCluster) bucket.Bucket {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc.Prefix = ""
+	if !prefixed {
+		loc.Prefix = ""
+	}
 	b, err := s3.Open(t.Context(), loc, s3.Options{Endpoint: endpoint,
 		Credentials: credentials.NewStaticCredentialsProvider(c.creds.AccessKeyID, c.creds.SecretAccessKey, "")})
 	if err != nil {

@@ -144,10 +144,10 @@ is CMD's.`,
 			// the cell.
 			hw := newHeldWait(wait, n.Params().TTL, log)
 			if err := hw.retry(ctx, "node id", func() error { return n.Open(ctx) }); err != nil {
-				return errcode.Wrap(err, "exec %s", cell)
+				return errcode.Wrap(liveNodeHint(err, "exec"), "exec %s", cell)
 			}
 			defer cfg.dropOwnLease(ctx, b, n, log) // after every path closed n
-			l, err := hw.claim(ctx, n, cell, false, nil)
+			l, err := hw.claim(ctx, n, cell, false, nil, execHeldHint)
 			if err != nil {
 				closeNode(ctx, n, log)
 				return err
@@ -170,7 +170,7 @@ is CMD's.`,
 				envExecNode+"="+cfg.node,
 				envExecPrefix+"="+dataPrefix(loc, cell, l.Epoch()),
 			)
-			c.Stdin, c.Stdout, c.Stderr = stdin, cfg.inv.Stdout, cfg.inv.Stderr
+			c.Stdin, c.Stdout, c.Stderr = stdin, rawOutput(cfg.inv.Stdout), cfg.inv.Stderr
 			c.SysProcAttr = procAttr(foreground)
 			// A grandchild that keeps a piped stdout open must not keep
 			// exec waiting once CMD itself has exited.

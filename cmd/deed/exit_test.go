@@ -26,6 +26,9 @@ func TestCodeExitStatus(t *testing.T) {
 		errcode.CodeCorruptStore: 1,
 		errcode.CodeBadRequest:   2,
 		errcode.CodeUnauthorized: 2,
+		errcode.CodeKeyReused:    2,
+		errcode.CodePosMismatch:  6,
+		errcode.CodeOutput:       1,
 		"DEED-E999":              1,
 	} {
 		if got := codeExitStatus(code); got != want {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
+	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -29,8 +30,9 @@ type gcView struct {
 
 func newGCCmd(cfg *config) *cobra.Command {
 	var (
-		all    bool
-		dryRun bool
+		all        bool
+		dryRun     bool
+		dropWindow bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gc CELL|--all",
@@ -39,8 +41,11 @@ func newGCCmd(cfg *config) *cobra.Command {
 snapshot, and every record file at or below the snapshot's txid in a sealed
 epoch. It never deletes a seal or a tombstone (they keep a paused owner
 fenced forever), a file above the snapshot, or a record of an epoch that may
-still be writing. A cell without a snapshot is left alone. It is safe to run
-while the cell's owner writes.
+still be writing, and it keeps the record files of the idempotency window
+(the last 10 minutes, at most 100,000 files), which a new owner reads to
+learn the keys of recent appends; --drop-key-window deletes those too (a
+retry of such an append may then be written again). A cell without a
+snapshot is left alone. It is safe to run while the cell's owner writes.
 
 --all runs it for every cell under cells/ (one after another; a cell that
 fails does not stop the others, and the first failure sets the exit status).
@@ -67,8 +72,15 @@ With --json it prints one JSON object per cell and line:
 			if err != nil {
 				return err
 			}
-			opts := replication.GCOptions{DryRun: dryRun}
+			opts := replication.GCOptions{DryRun: dryRun, DropKeyWindow: dropWindow}
 			if !all {
+				// A name that was never claimed is most likely a typo: say
+				// so rather than report nothing to delete.
+				if _, exists, err := owner.Inspect(ctx, b, args[0]); err != nil {
+					return errcode.Wrap(err, "gc %s", args[0])
+				} else if !exists {
+					return errcode.Errorf(errcode.CodeBadRequest, "gc %s: no such cell: it was never claimed (see deed ls)", args[0])
+				}
 				return gcCell(ctx, cfg, b, args[0], opts)
 			}
 			var first error
@@ -101,6 +113,7 @@ With --json it prints one JSON object per cell and line:
 	f := cmd.Flags()
 	f.BoolVar(&all, "all", false, "collect every cell under cells/")
 	f.BoolVar(&dryRun, "dry-run", false, "report what would be deleted; delete nothing")
+	f.BoolVar(&dropWindow, "drop-key-window", false, "also delete the record files of the idempotency window (retries of their keys may then be written again)")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -75,9 +76,10 @@ func newIdentity(kind string) string {
 // process: present and not marked released. One look cannot tell a running
 // process from one that died without releasing, so both count as live, as
 // they do for a claim. Acting as that id would re-enter the cells that
-// process holds (fencing it) or release them under it: --as-node NODE says
-// that this is meant. The answer is DEED-E020, so --wait waits it out.
-func refuseLiveNode(ctx context.Context, b bucket.Bucket, node string) error {
+// process holds (fencing it) or release them under it. The answer is
+// DEED-E020, so --wait waits it out; next says what works instead for the
+// command at hand (only release has --as-node).
+func refuseLiveNode(ctx context.Context, b bucket.Bucket, node, next string) error {
 	ob, err := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin}).Observe(ctx, node)
 	if err != nil {
 		return errcode.Wrap(err, "read node lease %s", node)
@@ -89,8 +91,29 @@ func refuseLiveNode(ctx context.Context, b bucket.Bucket, node string) error {
 	if addr == "" {
 		addr = "unknown address"
 	}
-	return errcode.Errorf(errcode.CodeHeld, "node id %s is in use by a live process (incarnation %s, %s): acting as it would fence it; omit --node to act under an id of your own, or pass --%s %s to act as that node on purpose",
-		node, ob.Incarnation, addr, asNodeFlag, node)
+	return errcode.Errorf(errcode.CodeHeld, "node id %s is in use by a live process (incarnation %s, %s): acting as it would fence it; %s",
+		node, ob.Incarnation, addr, next)
+}
+
+// releaseAsLiveHint is what a release under a live node's id can do.
+func releaseAsLiveHint(node string) string {
+	return fmt.Sprintf("omit --node to act under an id of your own, or pass --%s %s to act as that node on purpose", asNodeFlag, node)
+}
+
+// claimAsLiveHint is what a claim or exec under a live node's id can do
+// instead: neither may act as a running node, so it is another id, that
+// node's own API, or --wait until it stops.
+func claimAsLiveHint(cmd string) string {
+	return fmt.Sprintf("omit --node to %s under an id of your own (add --force to take a cell from a live holder), ask that node through its API (POST /v1/cells/CELL/claim), or --wait until it stops", cmd)
+}
+
+// liveNodeHint adds claimAsLiveHint to the DEED-E020 with which a node
+// refuses to open under an id a live process renews.
+func liveNodeHint(err error, cmd string) error {
+	if errcode.CodeOf(err) != errcode.CodeHeld {
+		return err
+	}
+	return errcode.Errorf(errcode.CodeHeld, "%s; %s", strings.TrimPrefix(err.Error(), string(errcode.CodeHeld)+" "), claimAsLiveHint(cmd))
 }
 
 // dropOwnLease deletes the node lease of an id generated for this process

@@ -85,7 +85,9 @@ does not parse (the listing goes on). Liveness is not judged here: see
 				return nil
 			})
 			if tw != nil {
-				_ = tw.Flush()
+				if ferr := tw.Flush(); err == nil {
+					err = ferr
+				}
 			}
 			return err
 		},

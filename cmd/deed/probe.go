@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deedkit/deed/bucket/probe"
+	"github.com/deedkit/deed/errcode"
 )
 
 func newProbeCmd(cfg *config) *cobra.Command {
@@ -56,8 +57,8 @@ configuration or credentials.`,
 			rep.Bucket = cfg.describe(loc)
 			if cfg.json {
 				writeJSON(cfg.inv.Stdout, rep)
-			} else {
-				_ = writeProbeText(cfg.inv.Stdout, rep)
+			} else if werr := writeProbeText(cfg.inv.Stdout, rep); err == nil && werr != nil {
+				return errcode.Errorf(errcode.CodeOutput, "the probe ran, but its report could not be written: %w", werr)
 			}
 			return err
 		},

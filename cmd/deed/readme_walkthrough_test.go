@@ -150,24 +150,30 @@ func curlStandIn(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// TestE2EReadmeTwoNodes runs the README's two-node walkthrough as written:
-// each terminal is a shell of its own, the binary and the ports are
+// TestE2EReadmeFleet runs the README's fleet walkthrough as written: each
+// terminal is a shell of its own, the binary and the ports are
 // substituted (each process listens on port 0 and the port it reports is
-// put into the terminals after it), and "Ctrl-C in terminal 2" is a SIGINT
-// to that terminal's deed. The walkthrough used to share node one's embedded store, so
-// stopping node one took the store away and fenced node two.
-func TestE2EReadmeTwoNodes(t *testing.T) {
+// put into the terminals after it), and "Ctrl-C in terminal 2" is a
+// SIGINT to that terminal's deed. The three nodes share a `deed fakes3
+// --dir` store and a fleet secret; stopping node one must leave every
+// record readable through the others, and the store and the other nodes
+// running.
+func TestE2EReadmeFleet(t *testing.T) {
 	provideCurl(t)
 	bin := deedBinary(t)
-	block := readmeBlock(t, "<!-- two-node walkthrough -->")
+	block := readmeBlock(t, "<!-- fleet walkthrough -->")
 	block = strings.ReplaceAll(block, "bin/deed", bin)
 	term := terminals(block)
-	if len(term) != 4 {
-		t.Fatalf("want 4 terminals in the walkthrough, got %d:\n%s", len(term), block)
+	if len(term) != 5 {
+		t.Fatalf("want 5 terminals in the walkthrough, got %d:\n%s", len(term), block)
 	}
 	// The README's addresses, each replaced by the one its process reports.
-	const readmeS3, readmeOne, readmeTwo = "127.0.0.1:9000", "127.0.0.1:7480", "127.0.0.1:7490"
-	addr := map[string]string{readmeS3: anyPort, readmeOne: anyPort, readmeTwo: anyPort}
+	const readmeS3 = "127.0.0.1:9000"
+	readmeNodes := []struct{ term, name, addr string }{{"2", "one", "127.0.0.1:7480"}, {"3", "two", "127.0.0.1:7490"}, {"4", "three", "127.0.0.1:7500"}}
+	addr := map[string]string{readmeS3: anyPort}
+	for _, n := range readmeNodes {
+		addr[n.addr] = anyPort
+	}
 	subst := func(n string) []string {
 		var out []string
 		for _, l := range term[n] {
@@ -179,7 +185,7 @@ func TestE2EReadmeTwoNodes(t *testing.T) {
 		return out
 	}
 	dir := t.TempDir()
-	// Terminals 1 to 3 end in a command that runs until Ctrl-C: the shell
+	// Terminals 1 to 4 end in a command that runs until Ctrl-C: the shell
 	// execs it, so a SIGINT reaches deed as Ctrl-C would.
 	long := func(n string) *proc {
 		lines := subst(n)
@@ -188,17 +194,18 @@ func TestE2EReadmeTwoNodes(t *testing.T) {
 	}
 	store := long("1")
 	addr[readmeS3] = waitS3(t, store)
-	node1 := long("2")
-	addr[readmeOne] = strings.TrimPrefix(waitNode(t, node1, "one"), "http://")
-	node2 := long("3")
-	addr[readmeTwo] = strings.TrimPrefix(waitNode(t, node2, "two"), "http://")
+	nodes := map[string]*proc{}
+	for _, n := range readmeNodes {
+		nodes[n.name] = long(n.term)
+		addr[n.addr] = strings.TrimPrefix(waitNode(t, nodes[n.name], n.name), "http://")
+	}
 
-	// Terminal 4 is one shell; at "Ctrl-C in terminal 2" it says so and
+	// Terminal 5 is one shell; at "Ctrl-C in terminal 2" it says so and
 	// waits for the test to press it.
 	ctrlC := regexp.MustCompile(`^# Ctrl-C in terminal (\d+)`)
 	var script []string
 	var pressed []string
-	for _, line := range subst("4") {
+	for _, line := range subst("5") {
 		if m := ctrlC.FindStringSubmatch(line); m != nil {
 			script = append(script, "echo CTRL-C-"+m[1], "read _")
 			pressed = append(pressed, m[1])
@@ -211,52 +218,56 @@ func TestE2EReadmeTwoNodes(t *testing.T) {
 	}
 	pr, pw := io.Pipe()
 	defer pw.Close()
-	t4 := startShell(t, dir, strings.Join(script, "\n"), bufio.NewReader(pr))
+	t5 := startShell(t, dir, strings.Join(script, "\n"), bufio.NewReader(pr))
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(t4.out.String(), "CTRL-C-2") {
+	for !strings.Contains(t5.out.String(), "CTRL-C-2") {
 		select {
-		case <-t4.done:
-			t.Fatalf("terminal 4 ended before the Ctrl-C:\n%s", t4.out.String())
+		case <-t5.done:
+			t.Fatalf("terminal 5 ended before the Ctrl-C:\n%s", t5.out.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("terminal 4 did not reach the Ctrl-C:\n%s", t4.out.String())
+			t.Fatalf("terminal 5 did not reach the Ctrl-C:\n%s", t5.out.String())
 		}
 	}
-	node1.signal(t, syscall.SIGINT)
-	if code := node1.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("node one exited %d after Ctrl-C:\n%s", code, node1.out.String())
+	nodes["one"].signal(t, syscall.SIGINT)
+	if code := nodes["one"].wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("node one exited %d after Ctrl-C:\n%s", code, nodes["one"].out.String())
 	}
 	stopped := time.Now()
 	if _, err := pw.Write([]byte("\n")); err != nil {
 		t.Fatal(err)
 	}
 	_ = pw.Close() // os/exec waits for stdin to be drained
-	if code := t4.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("terminal 4 exited %d:\n%s", code, t4.out.String())
+	if code := t5.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("terminal 5 exited %d:\n%s", code, t5.out.String())
 	}
-	t.Logf("terminal 4 finished %v after node one stopped", time.Since(stopped))
-	out := t4.out.String()
+	t.Logf("terminal 5 finished %v after node one stopped", time.Since(stopped))
+	out := t5.out.String()
+	t.Logf("terminal 5:\n%s", out)
 	for _, want := range []string{
-		`"cell":"demo","epoch":1,"txid":1,"pos":1`, // node one's append
-		`"pos":2`,                  // node two's, after the takeover
-		b64("hello"), b64("again"), // both records, read back by node two
-		"held by node two",
+		`"cell":"demo","epoch":1,"txid":1,"pos":1`, // the first append, wherever it landed
+		b64("hello"),                     // read back through node three
+		"held by node",                   // deed show
+		"appended to demo at position 2", // the CLI's append through node two
+		"hello", "again",                 // deed read prints both records
 	} {
 		if !strings.Contains(out, want) {
-			t.Errorf("terminal 4 lacks %q:\n%s", want, out)
+			t.Errorf("terminal 5 lacks %q:\n%s", want, out)
 		}
 	}
-	for name, p := range map[string]*proc{"the store": store, "node two": node2} {
+	for name, p := range map[string]*proc{"the store": store, "node two": nodes["two"], "node three": nodes["three"]} {
 		select {
 		case <-p.done:
 			t.Errorf("%s stopped with node one:\n%s", name, p.out.String())
 		default:
 		}
 	}
-	node2.signal(t, syscall.SIGINT)
-	if code := node2.wait(t, 30*time.Second); code != 0 {
-		t.Errorf("node two exited %d after Ctrl-C:\n%s", code, node2.out.String())
+	for _, name := range []string{"two", "three"} {
+		nodes[name].signal(t, syscall.SIGINT)
+		if code := nodes[name].wait(t, 30*time.Second); code != 0 {
+			t.Errorf("node %s exited %d after Ctrl-C:\n%s", name, code, nodes[name].out.String())
+		}
 	}
 }
 

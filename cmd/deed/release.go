@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -62,11 +63,16 @@ so the next owner starts without walking the chain.`,
 				return err
 			}
 			if cfg.nodeSet && !asLive && !force {
-				if err := refuseLiveNode(ctx, b, cfg.node); err != nil {
+				if err := refuseLiveNode(ctx, b, cfg.node, releaseAsLiveHint(cfg.node)); err != nil {
 					return errcode.Wrap(err, "release %s", cell)
 				}
 			}
 			rec, err := owner.ReleaseCell(ctx, b, cell, cfg.node, force)
+			if errcode.CodeOf(err) == errcode.CodeNotHolder && rec.Node != "" {
+				// Held by another id: say how to release as that id.
+				return errcode.Errorf(errcode.CodeNotHolder, "%s; to release it as its holder pass --node %s (--%s %s if that node is running), or --force to release it whoever holds it",
+					strings.TrimPrefix(err.Error(), string(errcode.CodeNotHolder)+" "), rec.Node, asNodeFlag, rec.Node)
+			}
 			if err != nil {
 				return err
 			}

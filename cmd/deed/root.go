@@ -214,23 +214,41 @@ func (cfg *config) describe(loc bucket.Location) string {
 // run executes one invocation of the CLI and returns its exit status. It is
 // the single place that turns an error into output and a status.
 func run(ctx context.Context, inv invocation) int {
+	out := &outputWriter{w: inv.Stdout}
+	inv.Stdout = out
 	cfg := &config{inv: inv}
 	root := newRootCmd(cfg)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
+	if werr := out.failed(); werr != nil && (err == nil || errors.Is(err, werr)) {
+		// The command did what it was asked (an append is written, a
+		// claim held); only its answer is lost. (A command that returned
+		// the write error itself, as ls does from its table, is the same.)
+		err = errcode.Errorf(errcode.CodeOutput, "the command completed, but its output could not be written: %w", werr)
+	}
 	if err == nil {
 		return 0
 	}
 	if !cfg.ready {
 		// Unknown command, unknown flag, wrong number of arguments: cobra
-		// rejected the command line before any command ran.
+		// rejected the command line before any command ran. The error
+		// names the command it is about and that command's own usage.
 		var coded *errcode.Error
 		if !errors.As(err, &coded) {
-			err = errcode.Errorf(errcode.CodeBadRequest, "%w (see 'deed --help')", err)
+			err = usageError(cmd, err)
 		}
 		// cobra may have stopped before parsing --json (an unknown command).
 		cfg.json = cfg.json || wantsJSON(inv.Args)
 	}
 	return cfg.fail(err)
+}
+
+// usageError is cobra's complaint about cmd's command line, with cmd's
+// usage line and where its help is, on one line that starts with the code.
+func usageError(cmd *cobra.Command, err error) error {
+	if cmd == nil || !cmd.HasParent() {
+		return errcode.Errorf(errcode.CodeBadRequest, "%w (see 'deed --help')", err)
+	}
+	return errcode.Errorf(errcode.CodeBadRequest, "%s: %w (usage: %s; see '%s --help')", cmd.CommandPath(), err, cmd.UseLine(), cmd.CommandPath())
 }
 
 // fail prints err to stderr, led by its code (as JSON with --json), and

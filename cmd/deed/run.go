@@ -21,6 +21,7 @@ import (
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/internal/serve"
 	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
 )
 
 const (
@@ -42,6 +43,8 @@ type runFlags struct {
 	drainTimeout time.Duration
 	maxConns     int
 	idleRelease  time.Duration
+	keyWindow    time.Duration
+	keyLimit     int
 	maxCells     int
 	moveRate     float64
 
@@ -139,6 +142,8 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.Float64Var(&rf.moveRate, "move-rate", daemon.DefaultMoveRate, "most cells this node hands off per second to the nodes now preferred for them (a join, a drain); 0 or less: it moves none by itself (drains still run, at the default)")
 	f.IntVar(&rf.maxConns, "max-conns", daemon.DefaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
 	f.DurationVar(&rf.idleRelease, "idle-release", daemon.DefaultIdleRelease, "seal and release a cell that has had no request for this long; its next request claims it again (0: keep cells until shutdown; else at least 1s)")
+	f.DurationVar(&rf.keyWindow, "idempotency-window", replication.DefaultKeyWindow, "how long a keyed append (Idempotency-Key) is recognised: a retry within it is answered with the first result, nothing written; every node of a fleet must use the same (at least 1s)")
+	f.IntVar(&rf.keyLimit, "idempotency-keys", replication.DefaultKeyLimit, "most idempotency keys recognised per cell (the newest; a new owner reads at most this many record files to learn them)")
 	f.IntVar(&rf.maxCells, "max-cells", 0, "most cells held at once: above it the least recently used are released, in the background (0: no bound)")
 	f.BoolVar(&rf.embedded, "embedded-store", false, "use the embedded store even though --node, --advertise or a non-loopback --listen say this node may have peers (they would not share it)")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve the API over HTTPS with this PEM certificate (chain); reloaded when it changes and on SIGHUP")
@@ -163,6 +168,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	}
 	if rf.idleRelease < 0 || (rf.idleRelease > 0 && rf.idleRelease < time.Second) || rf.maxCells < 0 {
 		return errcode.Errorf(errcode.CodeBadRequest, "--idle-release %v: want 0 (off) or at least 1s; --max-cells %d: want 0 (no bound) or more", rf.idleRelease, rf.maxCells)
+	}
+	if rf.keyWindow < time.Second || rf.keyLimit < 1 {
+		return errcode.Errorf(errcode.CodeBadRequest, "--idempotency-window %v: want at least 1s; --idempotency-keys %d: want 1 or more", rf.keyWindow, rf.keyLimit)
 	}
 	if err := checkStoreChoice(cfg, rf, host); err != nil {
 		return err
@@ -238,7 +246,8 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	v, _ := buildVersion()
 	dcfg := daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v,
 		FleetSecret: rf.fleetSecret, Weight: rf.weight, PeerClient: peerClient,
-		IdleRelease: rf.idleRelease, MaxCells: rf.maxCells, MoveRate: moveRateConfig(rf.moveRate)}
+		IdleRelease: rf.idleRelease, MaxCells: rf.maxCells, MoveRate: moveRateConfig(rf.moveRate),
+		KeyWindow: rf.keyWindow, KeyLimit: rf.keyLimit}
 	if rf.fleetSecret == "" {
 		cfg.log.Info("no fleet secret (--fleet-secret-file): requests for cells another node holds are refused with DEED-E020, not forwarded")
 	}
@@ -282,7 +291,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 func openDaemon(ctx context.Context, cfg daemon.Config, b bucket.Bucket, log *slog.Logger) (*daemon.Daemon, error) {
 	rep, err := probe.Run(ctx, b, probe.Options{})
 	if err != nil {
-		return nil, errcode.Wrap(err, "probe store")
+		return nil, err // it says "probe: ..." already
 	}
 	for _, c := range rep.Checks {
 		if c.Warning {

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/url"
@@ -24,13 +23,18 @@ type Options struct {
 	// HTTPClient sends the requests; nil means one with DefaultTimeout.
 	// Set it to trust a private CA for an https address.
 	HTTPClient *http.Client
+	// RetryFor bounds how long Append and AppendBatch retry (with the same
+	// idempotency key) when the caller's context has no deadline:
+	// DefaultRetryFor when 0; a negative value sends each append once.
+	RetryFor time.Duration
 }
 
 // Client talks to one daemon. It is safe for concurrent use.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
+	base     string
+	token    string
+	hc       *http.Client
+	retryFor time.Duration
 }
 
 // New returns a client of the daemon at base, "http(s)://HOST:PORT". A
@@ -44,17 +48,11 @@ func New(base string, opts Options) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: DefaultTimeout}
 	}
-	return &Client{base: strings.TrimSuffix(base, "/"), token: strings.TrimSpace(opts.Token), hc: hc}, nil
-}
-
-// Append appends one record (at least one byte) to cell's log and returns
-// where it landed once it is durable. The daemon claims the cell first when
-// no live node holds it. An *Error with Applied "unknown" (DEED-E012) means
-// the record may have been written: read the log before sending it again.
-func (c *Client) Append(ctx context.Context, cell string, record []byte) (AppendResult, error) {
-	var v AppendResult
-	err := c.do(ctx, http.MethodPost, cellPath(cell, "/append"), nil, bytes.NewReader(record), &v)
-	return v, err
+	rf := opts.RetryFor
+	if rf == 0 {
+		rf = DefaultRetryFor
+	}
+	return &Client{base: strings.TrimSuffix(base, "/"), token: strings.TrimSpace(opts.Token), hc: hc, retryFor: rf}, nil
 }
 
 // ReadOptions select the records of a Read.

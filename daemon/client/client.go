@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -19,16 +20,26 @@ import (
 // answer {"code","error"} becomes the same coded error the daemon reported,
 // so the exit status is the one the command would have had locally.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, out any) error {
+	_, err := c.doHeader(ctx, method, path, query, body, nil, out)
+	return err
+}
+
+// doHeader is do with extra request headers; it returns the answer's
+// headers (nil when there was no answer).
+func (c *Client) doHeader(ctx context.Context, method, path string, query url.Values, body io.Reader, hdr http.Header, out any) (http.Header, error) {
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return newError(errcode.CodeBadRequest, 0, "%s %s: %w", method, u, err)
+		return nil, newError(errcode.CodeBadRequest, 0, "%s %s: %w", method, u, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -48,29 +59,29 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if write && sent.Load() {
-			return newError(errcode.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
+			return nil, newError(errcode.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
 		}
-		return newError(errcode.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
+		return nil, newError(errcode.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		if write {
-			return newError(errcode.CodeAmbiguous, resp.StatusCode, "%s %s: outcome unknown: the daemon's answer (%s) was cut off: %w", method, path, resp.Status, err)
+			return resp.Header, newError(errcode.CodeAmbiguous, resp.StatusCode, "%s %s: outcome unknown: the daemon's answer (%s) was cut off: %w", method, path, resp.Status, err)
 		}
-		return newError(errcode.CodeUnavailable, resp.StatusCode, "read the daemon's answer: %w", err)
+		return resp.Header, newError(errcode.CodeUnavailable, resp.StatusCode, "read the daemon's answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return apiError(resp, raw, write)
+		return resp.Header, apiError(resp, raw, write)
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		code := errcode.CodeUnavailable
 		if write {
 			code = errcode.CodeAmbiguous // it answered 2xx: the write may well have landed
 		}
-		return newError(code, resp.StatusCode, "the daemon at %s answered %s with something that is not deed's JSON: %.200q", c.redactedBase(), path, raw)
+		return resp.Header, newError(code, resp.StatusCode, "the daemon at %s answered %s with something that is not deed's JSON: %.200q", c.redactedBase(), path, raw)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // apiError turns an error answer into a coded error. write says the
@@ -90,9 +101,19 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 		}
 		ce := newError(e.Code, resp.StatusCode, "%s", msg)
 		ce.Owner, ce.OwnerAddr = e.Owner, e.OwnerAddr
+		if e.NextPos != nil {
+			ce.NextPos = *e.NextPos
+		}
 		return ce
 	}
 	// Not deed's error body: a proxy, or not a daemon at all.
+	if s3Answer(resp, raw) && resp.StatusCode < 500 {
+		// The store's own refusal (an unsigned request, usually 403): the
+		// address is the store's, so nothing reached a daemon.
+		return newError(errcode.CodeBadRequest, resp.StatusCode,
+			"%s is an S3 store, not a deed daemon (it answered %s with an S3 error): give the daemon's API address (deed run --listen; the CLI's --addr or DEED_ADDR, default %s), and the store's only as --endpoint",
+			redactURL(resp.Request.URL.Scheme+"://"+resp.Request.URL.Host), resp.Status, "http://127.0.0.1:7480")
+	}
 	code := errcode.CodeUnavailable
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
@@ -106,6 +127,17 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 		code = errcode.CodeAmbiguous
 	}
 	return newError(code, resp.StatusCode, "the daemon answered %s: %.200q", resp.Status, raw)
+}
+
+// s3Answer reports whether an answer is an S3 store's: its XML error
+// document, or the request id header every S3 implementation sets.
+func s3Answer(resp *http.Response, raw []byte) bool {
+	if resp.Header.Get("X-Amz-Request-Id") != "" || resp.Header.Get("X-Amz-Id-2") != "" {
+		return true
+	}
+	body := bytes.TrimSpace(raw)
+	body = bytes.TrimPrefix(body, []byte(`<?xml version="1.0" encoding="UTF-8"?>`))
+	return bytes.HasPrefix(bytes.TrimSpace(body), []byte("<Error>")) && bytes.Contains(body, []byte("<Code>"))
 }
 
 // redactedBase is the daemon's URL as it may be printed: a password in

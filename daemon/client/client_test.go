@@ -37,7 +37,8 @@ func TestErrorsCarryCodeAndApplied(t *testing.T) {
 			w.WriteHeader(tc.status)
 			fmt.Fprint(w, tc.body)
 		}))
-		c, err := client.New(srv.URL, client.Options{})
+		// One attempt: this is the mapping of each single answer.
+		c, err := client.New(srv.URL, client.Options{RetryFor: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +73,7 @@ func TestUnreachableAndBadAddress(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	c, err := client.New(url, client.Options{})
+	c, err := client.New(url, client.Options{RetryFor: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

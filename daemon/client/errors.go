@@ -24,6 +24,9 @@ type Error struct {
 	Status int
 	// Owner and OwnerAddr name the live owner of a held cell (DEED-E020).
 	Owner, OwnerAddr string
+	// NextPos is the log's next position on a refused conditional append
+	// (DEED-E044); 0 otherwise.
+	NextPos uint64
 	// Msg is the message, led by the code.
 	Msg string
 	// Err is the cause (a transport error), or nil.

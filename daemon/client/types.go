@@ -68,12 +68,39 @@ type NodeState struct {
 	Cells    int    `json:"cells"`
 }
 
-// AppendResult is the answer of a durable append: where the record landed.
+// AppendResult is the answer of a durable append: where the record landed,
+// and its timestamp (ms since the Unix epoch, assigned by the owner).
+// Replayed is not part of the body: the client sets it from the
+// Idempotent-Replayed header (the first answer to a key, replayed).
 type AppendResult struct {
-	Cell  string `json:"cell"`
-	Epoch uint64 `json:"epoch"`
-	TxID  uint64 `json:"txid"`
-	Pos   uint64 `json:"pos"`
+	Cell     string `json:"cell"`
+	Epoch    uint64 `json:"epoch"`
+	TxID     uint64 `json:"txid"`
+	Pos      uint64 `json:"pos"`
+	TS       int64  `json:"ts"`
+	Replayed bool   `json:"-"`
+}
+
+// BatchRequest is the body of POST /v1/cells/{cell}/batch.
+type BatchRequest struct {
+	Records []BatchRecord `json:"records"`
+}
+
+// BatchRecord is one record of a batch.
+type BatchRecord struct {
+	Data []byte `json:"data"` // base64 in JSON
+}
+
+// BatchResult is the answer of a durable batch: one transaction, records
+// at positions FirstPos..LastPos.
+type BatchResult struct {
+	Cell     string `json:"cell"`
+	Epoch    uint64 `json:"epoch"`
+	TxID     uint64 `json:"txid"`
+	FirstPos uint64 `json:"first_pos"`
+	LastPos  uint64 `json:"last_pos"`
+	TS       int64  `json:"ts"`
+	Replayed bool   `json:"-"`
 }
 
 // Record is one record in a read.
@@ -81,6 +108,7 @@ type Record struct {
 	Pos   uint64 `json:"pos"`
 	Epoch uint64 `json:"epoch"`
 	TxID  uint64 `json:"txid"`
+	TS    int64  `json:"ts"`
 	Data  []byte `json:"data"` // base64 in JSON
 }
 
@@ -104,6 +132,9 @@ type ErrorBody struct {
 	Applied   Applied `json:"applied"`
 	Owner     string  `json:"owner,omitempty"`
 	OwnerAddr string  `json:"owner_addr,omitempty"`
+	// NextPos is, on a refused conditional append (DEED-E044), the log's
+	// next position.
+	NextPos *uint64 `json:"next_pos,omitempty"`
 }
 
 // Applied is the "applied" field of an error body: whether a request that

@@ -249,3 +249,19 @@ func TestBrokenHandoffAcksUnwritten(t *testing.T) {
 		}
 	})
 }
+
+// (k) Keyed appends. A new owner that does not learn its predecessors'
+// keys writes a retried append again; a replay that answers its file's
+// first position names a position its record does not hold; a conditional
+// append judged when queued lets a second one land behind the first.
+func TestBrokenForgetKeys(t *testing.T) {
+	catch(t, replication.SetBrokenForgetKeys, 0, "")
+}
+
+func TestBrokenReplayPos(t *testing.T) {
+	catch(t, replication.SetBrokenReplayPos, 0, "")
+}
+
+func TestBrokenStaleMatch(t *testing.T) {
+	catch(t, replication.SetBrokenStaleMatch, 0, "match_pos")
+}

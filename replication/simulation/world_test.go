@@ -142,7 +142,7 @@ func newWorld(seed uint64, retries int, handoffs bool) *world {
 
 func (w *world) logOpts() []replication.Option {
 	return []replication.Option{replication.WithRequestTimeout(w.reqTimeout), replication.WithBackoff(20*time.Millisecond, time.Second),
-		replication.WithLogger(slog.New(protoLog{w.h}))}
+		replication.WithLogger(slog.New(protoLog{w.h})), replication.WithIdempotencyWindow(simKeyWindow, 0)}
 }
 
 // run plays the schedule, then winds everything down and reads the final
@@ -381,7 +381,12 @@ func (w *world) do(i int, s step) {
 			w.ops.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), s.dur)
 				defer cancel()
-				w.append(ctx, n, cell, fmt.Sprintf("s%d.%d", i, k))
+				id := fmt.Sprintf("s%d.%d", i, k)
+				if int(draw(w.seed, "keyed", id)%100) < *keyedFlag {
+					w.keyedAppend(ctx, n, cell, id, s.dur)
+					return
+				}
+				w.append(ctx, n, cell, id)
 			})
 		}
 	case opRead, opBarrier:
@@ -726,7 +731,7 @@ func (w *world) finish() {
 		if w.cfg.finalGC {
 			// Every chain is sealed now: GC deletes everything the newest
 			// snapshot covers, and the restore below starts from it.
-			rep, err := replication.GC(ctx, w.mem, cell, replication.GCOptions{})
+			rep, err := replication.GC(ctx, w.mem, cell, replication.GCOptions{DropKeyWindow: true}) // no retries follow
 			w.h.addGC(&gcOp{cell: cell, by: "final", deleted: len(rep.Deleted), err: err})
 			w.h.logf("final gc %s: %d deleted %v", cell, len(rep.Deleted), shortErr(err))
 		}

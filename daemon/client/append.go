@@ -1,0 +1,175 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/deedkit/deed/errcode"
+)
+
+// DefaultRetryFor is how long an append is retried when the caller's
+// context has no deadline (Options.RetryFor).
+const DefaultRetryFor = 30 * time.Second
+
+// The headers of idempotent appends (the daemon's HeaderIdempotencyKey and
+// HeaderReplayed).
+const (
+	headerKey      = "Idempotency-Key"
+	headerReplayed = "Idempotent-Replayed"
+)
+
+// AppendOptions are the conditions of an append.
+type AppendOptions struct {
+	// Key is the idempotency key (1 to 255 printable ASCII bytes): an
+	// append with a key that landed within the daemon's idempotency window
+	// is answered with the first one's result, and nothing is written
+	// again, whichever node holds the cell now. "" makes the client
+	// generate one for this call, so that its own retries are safe.
+	Key string
+	// MatchPos, when not 0, makes the append land only if its first record
+	// gets this position (the log's next); otherwise it is refused with
+	// DEED-E044, applied no, and Error.NextPos names the next position.
+	MatchPos uint64
+}
+
+// Append appends one record (at least one byte) to cell's log and returns
+// where it landed once it is durable, exactly once: it sends the record
+// with an idempotency key of its own and, when the outcome is unknown
+// (DEED-E012) or the refusal is one a retry can cure (the store or the
+// holder unreachable, the cell changing hands), sends it again with the
+// same key until it has an answer or the context ends (Options.RetryFor
+// when it has no deadline). So an error is final: Applied "no" means it
+// was not written; "unknown" (DEED-E012) only when the time ran out with
+// an attempt's outcome unknown. The daemon claims the cell first when no
+// live node holds it.
+func (c *Client) Append(ctx context.Context, cell string, record []byte) (AppendResult, error) {
+	return c.AppendWith(ctx, cell, record, AppendOptions{})
+}
+
+// AppendWith is Append with the caller's key or position condition.
+func (c *Client) AppendWith(ctx context.Context, cell string, record []byte, opts AppendOptions) (AppendResult, error) {
+	var v AppendResult
+	hdr, err := c.retry(ctx, opts, func(ctx context.Context, h http.Header, q url.Values) (http.Header, error) {
+		v = AppendResult{}
+		return c.doHeader(ctx, http.MethodPost, cellPath(cell, "/append"), q, bytes.NewReader(record), h, &v)
+	})
+	if err == nil {
+		v.Replayed = hdr.Get(headerReplayed) == "true"
+	}
+	return v, err
+}
+
+// AppendBatch appends records (1 to 4,096, within the daemon's body limit)
+// atomically: one transaction, contiguous positions, all durable or none.
+// It retries as Append does; opts applies to the batch as a whole.
+func (c *Client) AppendBatch(ctx context.Context, cell string, records [][]byte, opts AppendOptions) (BatchResult, error) {
+	in := BatchRequest{Records: make([]BatchRecord, len(records))}
+	for i, r := range records {
+		in.Records[i].Data = r
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return BatchResult{}, newError(errcode.CodeBadRequest, 0, "encode batch: %w", err)
+	}
+	var v BatchResult
+	hdr, err := c.retry(ctx, opts, func(ctx context.Context, h http.Header, q url.Values) (http.Header, error) {
+		v = BatchResult{}
+		h.Set("Content-Type", "application/json")
+		return c.doHeader(ctx, http.MethodPost, cellPath(cell, "/batch"), q, bytes.NewReader(body), h, &v)
+	})
+	if err == nil {
+		v.Replayed = hdr.Get(headerReplayed) == "true"
+	}
+	return v, err
+}
+
+// retryable reports whether a refusal may go away on its own: the store or
+// the node that holds the cell unreachable, the cell changing hands under
+// the request. A retry sends the same key, so it cannot duplicate.
+func retryable(code errcode.Code) bool {
+	switch code {
+	case errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer, errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNodeFenced:
+		return true
+	}
+	return false
+}
+
+// validKey is the daemon's check of a key (replication.ValidateKey), made
+// before anything is sent.
+func validKey(k string) error {
+	if len(k) == 0 || len(k) > 255 || k[0] == ' ' || k[len(k)-1] == ' ' {
+		return newError(errcode.CodeBadRequest, 0, "idempotency key of %d bytes: want 1..255 printable ASCII, not starting or ending with a space", len(k))
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return newError(errcode.CodeBadRequest, 0, "idempotency key: byte %d (0x%02x) is not printable ASCII", i, k[i])
+		}
+	}
+	return nil
+}
+
+// NewKey returns a fresh idempotency key (32 hex digits).
+func NewKey() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// retry sends an append with one key until its outcome is known.
+func (c *Client) retry(ctx context.Context, opts AppendOptions, send func(context.Context, http.Header, url.Values) (http.Header, error)) (http.Header, error) {
+	key := opts.Key
+	if key == "" {
+		key = NewKey()
+	} else if err := validKey(key); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	if opts.MatchPos != 0 {
+		q.Set("match_pos", strconv.FormatUint(opts.MatchPos, 10))
+	}
+	if _, ok := ctx.Deadline(); !ok && c.retryFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.retryFor)
+		defer cancel()
+	}
+	var unknown error // the last attempt whose outcome is unknown
+	for attempt := 0; ; attempt++ {
+		h := http.Header{headerKey: {key}}
+		hdr, err := send(ctx, h, q)
+		if err == nil {
+			return hdr, nil
+		}
+		code := errcode.CodeOf(err)
+		if code == errcode.CodeAmbiguous {
+			unknown = err
+		}
+		if !retryable(code) || c.retryFor < 0 {
+			if unknown != nil && code != errcode.CodeAmbiguous && code != errcode.CodePosMismatch && code != errcode.CodeKeyReused {
+				// An earlier attempt may have landed: this refusal does
+				// not say it did not.
+				return nil, newError(errcode.CodeAmbiguous, 0, "append: outcome unknown (key %q): an attempt's outcome is unknown (%v), the last was refused: %w", key, unknown, err)
+			}
+			return nil, err
+		}
+		d := min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)
+		d = d/2 + rand.N(d/2+1)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if unknown != nil {
+				return nil, newError(errcode.CodeAmbiguous, 0, "append: outcome unknown (key %q): out of time (%v); retry with the same key to learn it: %w", key, ctx.Err(), unknown)
+			}
+			return nil, err
+		}
+	}
+}
