@@ -224,7 +224,9 @@ func TestAPIErrorMapping(t *testing.T) {
 			w.WriteHeader(tc.status)
 			fmt.Fprint(w, tc.body)
 		}))
-		for _, args := range [][]string{{"append", "c", "x"}, {"read", "c"}} {
+		// The append is sent once: this is the mapping of one answer (the
+		// retries are TestAppendRetriesWithOneKey's).
+		for _, args := range [][]string{{"append", "c", "x", "--retry-for", "0"}, {"read", "c"}} {
 			code := tc.code
 			if args[0] == "append" && tc.appendCode != "" {
 				code = tc.appendCode

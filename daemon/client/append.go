@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deedkit/deed/errcode"
@@ -123,6 +124,25 @@ func NewKey() string {
 	return hex.EncodeToString(b[:])
 }
 
+// wrapUnknown is the DEED-E012 answer of a retried append whose outcome
+// stayed unknown: it wraps the attempt that made it so, and says its code
+// once (the inner message is given without its code: see msgOf).
+func wrapUnknown(unknown error, format string, args ...any) *Error {
+	e := newError(errcode.CodeAmbiguous, 0, format, args...)
+	e.Err = unknown
+	return e
+}
+
+// msgOf is err's message without its leading code, for a message that
+// already starts with one.
+func msgOf(err error) string {
+	msg := err.Error()
+	if c := errcode.CodeOf(err); c != "" {
+		msg = strings.TrimPrefix(strings.TrimPrefix(msg, string(c)), " ")
+	}
+	return msg
+}
+
 // retry sends an append with one key until its outcome is known.
 func (c *Client) retry(ctx context.Context, opts AppendOptions, send func(context.Context, http.Header, url.Values) (http.Header, error)) (http.Header, error) {
 	key := opts.Key
@@ -155,7 +175,7 @@ func (c *Client) retry(ctx context.Context, opts AppendOptions, send func(contex
 			if unknown != nil && code != errcode.CodeAmbiguous && code != errcode.CodePosMismatch && code != errcode.CodeKeyReused {
 				// An earlier attempt may have landed: this refusal does
 				// not say it did not.
-				return nil, newError(errcode.CodeAmbiguous, 0, "append: outcome unknown (key %q): an attempt's outcome is unknown (%v), the last was refused: %w", key, unknown, err)
+				return nil, wrapUnknown(unknown, "outcome unknown (key %q): an attempt's outcome is unknown (%s), the last was refused: %s", key, msgOf(unknown), msgOf(err))
 			}
 			return nil, err
 		}
@@ -167,7 +187,7 @@ func (c *Client) retry(ctx context.Context, opts AppendOptions, send func(contex
 		case <-ctx.Done():
 			t.Stop()
 			if unknown != nil {
-				return nil, newError(errcode.CodeAmbiguous, 0, "append: outcome unknown (key %q): out of time (%v); retry with the same key to learn it: %w", key, ctx.Err(), unknown)
+				return nil, wrapUnknown(unknown, "outcome unknown (key %q): out of time (%v); retry with the same key to learn it: %s", key, ctx.Err(), msgOf(unknown))
 			}
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,6 +92,9 @@ func TestAppendRetriesWithOneKey(t *testing.T) {
 			res, err := c.Append(ctx, "c", []byte("x"))
 			if got := errcode.CodeOf(err); got != tc.code {
 				t.Fatalf("got %s (%v), want %q", got, err, tc.code)
+			}
+			if err != nil && strings.Count(err.Error(), string(tc.code)) != 1 {
+				t.Fatalf("%q names its code %d times, want once", err, strings.Count(err.Error(), string(tc.code)))
 			}
 			if err == nil && (res.Pos != 9 || res.TS != 1700000000000) {
 				t.Fatalf("result %+v", res)
