@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -45,8 +46,8 @@ type APIConfig struct {
 	// site, is refused with DEED-E042 (see sameSite).
 	Hosts []string
 
-	// fleetSecret authenticates peers' requests (Config.FleetSecret).
-	fleetSecret string
+	// peers checks the proofs of peers' requests (Config.FleetSecret).
+	peers *peerVerifier
 }
 
 // Handler is the daemon's HTTP API, bounded and guarded by Config.API:
@@ -59,7 +60,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	if cfg.Node == "" {
 		cfg.Node = d.cfg.Node
 	}
-	cfg.fleetSecret = d.cfg.FleetSecret
+	cfg.peers = d.peers
 	if h := advertiseHost(d.cfg.Advertise); h != "" {
 		cfg.Hosts = append(slices.Clip(cfg.Hosts), h)
 	}
@@ -167,10 +168,11 @@ func bearerToken(h string) (string, bool) {
 }
 
 // guard names the node on every answer (Deed-Node), enforces the bearer
-// token (or, on a peer's request, the fleet secret) and the body limit
-// before any handler, and reads the body whole, within apiBodyTimeout, so
-// that a slow body is cut off before any handler runs and nothing is
-// written for it.
+// token (or, on a peer's request to a peer endpoint, its peer proof) and
+// the body limit before any handler, and reads the body whole, within
+// apiBodyTimeout, so that a slow body is cut off before any handler runs
+// and nothing is written for it. A peer's proof is checked once the body
+// it covers is in; its answer is signed (answerBuffer).
 func guard(cfg APIConfig, next http.Handler) http.Handler {
 	want := []byte(strings.TrimSpace(cfg.Token)) // a token file's trailing newline is not part of it
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -178,11 +180,39 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 		if cfg.Node != "" {
 			w.Header().Set(HeaderNode, cfg.Node)
 		}
-		r, peer, err := peerAuth(cfg.fleetSecret, r)
-		if err != nil {
+		var proof peerProof
+		refuse := func(err error) {
 			w.Header().Set("Connection", "close")
-			writeError(w, err)
+			if cfg.peers == nil || cfg.peers.key == nil || proof.nonce == "" {
+				writeError(w, err)
+				return
+			}
+			// A peer's refused request is answered with a proof all the
+			// same, so that its sender knows the refusal is this node's
+			// (nothing ran) and may say "not applied".
+			ab := &answerBuffer{ResponseWriter: w}
+			writeError(ab, err)
+			ab.finish(cfg.peers.key, proof.nonce)
+		}
+		if r.Header.Get(headerPeerToken) != "" {
+			refuse(errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: %s (the fleet secret in the clear) is no longer accepted: every node of the fleet must run a deed that sends %s", headerPeerToken, headerPeerProof))
 			return
+		}
+		// A proof opens only the peer endpoints; elsewhere it is ignored
+		// and the bearer token is needed as from any client.
+		ph := r.Header.Get(headerPeerProof)
+		peer := ph != "" && peerEndpoint(r)
+		if peer {
+			var err error
+			if cfg.peers == nil {
+				err = errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: %s on a node without a fleet secret", headerPeerProof)
+			} else {
+				proof, err = cfg.peers.precheck(ph)
+			}
+			if err != nil {
+				refuse(err)
+				return
+			}
 		}
 		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
 		if !peer && len(want) == 0 && !open {
@@ -207,6 +237,7 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 			writeError(w, errcode.Errorf(errcode.CodeBadRequest, "request body of %d bytes exceeds the limit of %d", r.ContentLength, cfg.MaxBody))
 			return
 		}
+		var raw []byte // the body a peer proof covers
 		if r.ContentLength != 0 {
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Now().Add(apiBodyTimeout))
@@ -228,6 +259,24 @@ func guard(cfg APIConfig, next http.Handler) http.Handler {
 			}
 			_ = rc.SetReadDeadline(time.Time{})
 			r.Body = io.NopCloser(bytes.NewReader(body))
+			if peer {
+				raw = body
+			}
+		}
+		if peer {
+			if err := cfg.peers.verify(proof, r, raw); err != nil {
+				refuse(err)
+				return
+			}
+			hops, err := strconv.Atoi(r.Header.Get(headerHops))
+			if err != nil || hops < 1 {
+				hops = 1
+			}
+			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, peerCall{from: proof.from, hops: hops}))
+			ab := &answerBuffer{ResponseWriter: w}
+			next.ServeHTTP(ab, r)
+			ab.finish(cfg.peers.key, proof.nonce)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -74,6 +74,11 @@ type Daemon struct {
 	b   bucket.Bucket
 	log *slog.Logger
 	m   *metrics
+	// peers checks peer proofs (nil key without a fleet secret).
+	peers *peerVerifier
+	// peersRead is when the status page last had every peer's lease read
+	// (Unix ns; freshenPeers).
+	peersRead atomic.Int64
 	// logOpts opens every cell's log: built once, so the logs share it.
 	logOpts replication.Option
 
@@ -175,7 +180,8 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	// One log line per store outage, not one per failed request.
 	health := &storeHealth{log: log}
 	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
-	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1)}
+	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1),
+		peers: newPeerVerifier(cfg.FleetSecret, cfg.Node)}
 	d.b = instrumented{b: b, m: m, h: health}
 	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit),
 		replication.WithIdempotencyWindow(cfg.KeyWindow, cfg.KeyLimit))
@@ -200,6 +206,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 func (d *Daemon) newNode() (*owner.Node, error) {
 	return owner.NewNode(d.b, owner.Config{
 		Name: d.cfg.Node, Addr: d.cfg.Advertise, TTL: d.cfg.TTL, Logger: d.log, Weight: d.cfg.Weight,
+		LeaseKey: owner.LeaseKey(d.cfg.FleetSecret),
 		// No record watch: it would cost one GET per held cell every
 		// TTL/3; the daemon's cells learn of a takeover on their next
 		// write, where the epoch fence refuses it (DEED-E021).
@@ -422,6 +429,9 @@ func (d *Daemon) acquire(ctx context.Context, name string, force bool) (*holding
 		oldLog.Abandon()
 	}
 	c.lease, c.log, c.releasing = l, lg, false
+	d.ho.mu.Lock()
+	d.ho.noteFreshLocked(c.name) // the rebalancer looks at it once
+	d.ho.mu.Unlock()
 	d.m.cellsHeld.Set(float64(d.countHeld()))
 	d.nudgeIdleSweep()
 	// Every lease ends, at the latest when the node closes or fences, so

@@ -60,6 +60,35 @@ type handoffs struct {
 
 	draining atomic.Bool
 	kick     chan struct{} // wakes the rebalancer (a drain began)
+
+	// What the rebalancer must look at (under mu): placement is
+	// recomputed for every held cell only when the member set changed
+	// since the last round that finished (placedKey), or that round left
+	// work undone (dirty); otherwise only for the cells claimed here or
+	// unpinned since (fresh). A steady fleet costs no placement work.
+	placedKey *string
+	dirty     bool
+	fresh     map[string]struct{}
+}
+
+// maxFresh bounds handoffs.fresh; beyond it the next round looks at every
+// held cell instead.
+const maxFresh = 1 << 16
+
+// noteFresh marks cell for the rebalancer's next look: claimed here, or
+// its pin ended. d.ho.mu is held.
+func (h *handoffs) noteFreshLocked(cell string) {
+	if h.dirty {
+		return
+	}
+	if h.fresh == nil {
+		h.fresh = map[string]struct{}{}
+	}
+	if len(h.fresh) >= maxFresh {
+		h.dirty, h.fresh = true, nil
+		return
+	}
+	h.fresh[cell] = struct{}{}
 }
 
 // pin keeps a cell here against the rebalancer while lease lives: for
@@ -164,6 +193,15 @@ func (d *Daemon) seenDead(node string) bool {
 	return false
 }
 
+// moveInFlight reports whether a handoff of cell from this node is under
+// way (released or being released here, the push not answered yet).
+func (d *Daemon) moveInFlight(cell string) bool {
+	d.ho.mu.Lock()
+	defer d.ho.mu.Unlock()
+	e, ok := d.ho.moved[cell]
+	return ok && !e.finished()
+}
+
 // others are the placement members but this node.
 func (d *Daemon) others() []member {
 	ms := d.members()
@@ -253,6 +291,7 @@ func (d *Daemon) expireMovedLocked() {
 	for k, p := range d.ho.pinned {
 		if p.lease != nil && (p.lease.Err() != nil || (!p.until.IsZero() && !now.Before(p.until))) {
 			delete(d.ho.pinned, k)
+			d.ho.noteFreshLocked(k) // it may belong elsewhere now
 		}
 	}
 }
@@ -311,6 +350,9 @@ func (d *Daemon) handOff(ctx context.Context, cell string, to member, pinned boo
 // claim.
 func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned bool, hint owner.Hint) (client.Claim, error) {
 	var got client.Claim
+	if m, ok := d.trustedPeer(to.Name); !ok || m.Addr != to.Addr {
+		return got, errcode.Errorf(errcode.CodeUnavailable, "handoff push to %s: node %s at %s is not a verified member of this fleet now; nothing sent", to.Addr, to.Name, to.Addr)
+	}
 	// Bounded by a TTL: a push that takes longer is better given up, as
 	// the cell is free anyway and its next request claims it.
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.TTL)
@@ -319,20 +361,25 @@ func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned
 	if pinned {
 		path += "?pin=true"
 	}
-	req, err := d.newPeerRequest(ctx, to.Addr, http.MethodPost, path, nil)
+	pr, err := d.newPeerRequest(ctx, to.Name, to.Addr, http.MethodPost, path, nil)
 	if err != nil {
 		return got, err
 	}
 	if hint.ReleasedETag != "" {
-		req.Header.Set(headerHandoffETag, hint.ReleasedETag)
-		req.Header.Set(headerHandoffEpoch, strconv.FormatUint(hint.Epoch, 10))
+		pr.req.Header.Set(headerHandoffETag, hint.ReleasedETag)
+		pr.req.Header.Set(headerHandoffEpoch, strconv.FormatUint(hint.Epoch, 10))
 	}
-	resp, err := d.peerClient().Do(req)
+	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
 		return got, errcode.Errorf(errcode.CodeUnavailable, "handoff push to %s: %v", to.Addr, err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if !answerVerified(d.peers.key, nonce, resp, raw) {
+		// Not the member's word: whether it claimed the cell is unknown,
+		// and the cell, released here, is claimed by its next request.
+		return got, fmt.Errorf("%s answered %s without a valid peer proof: not believed", to.Name, resp.Status)
+	}
 	if resp.StatusCode/100 != 2 {
 		var e client.ErrorBody
 		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
@@ -350,7 +397,7 @@ func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned
 // released cell for this node: claim it now (with the peer's released
 // ETag, one PUT), pinned when ?pin=true. Peers only (the fleet secret).
 func (d *Daemon) takeHandoff(w http.ResponseWriter, r *http.Request) {
-	// guard has checked the fleet secret (peerAuth) and marked the
+	// guard has checked the peer proof and marked the
 	// request as a peer's; anything else is a client's, which may not push.
 	peer, ok := peerOf(r.Context())
 	if !ok {
@@ -629,6 +676,10 @@ func memberKey(ms []member) string {
 	return strings.Join(parts, "\n")
 }
 
+// placements counts the cells the rebalancer has placed (a preferred()
+// over the members each): tests read it to see a steady fleet costs none.
+var placements atomic.Int64
+
 // moveRound hands off, at most rate per second and moveConcurrency at a
 // time, every held cell whose preferred member is another node (draining:
 // every held cell, to its preferred node among the others). It stops early
@@ -645,14 +696,37 @@ func (d *Daemon) moveRound(ctx context.Context, key string, draining bool, rate 
 	} else if !slices.ContainsFunc(targets, func(m member) bool { return m.Name == d.cfg.Node }) {
 		return // this node's own lease is not in its view yet: shaky
 	}
-	for _, h := range d.heldNow() {
+	// Which cells to place: all of them when the members changed since
+	// the last finished round (or it left work undone, or a drain), else
+	// only those claimed or unpinned here since.
+	d.ho.mu.Lock()
+	all := draining || d.ho.dirty || d.ho.placedKey == nil || *d.ho.placedKey != key
+	fresh := d.ho.fresh
+	d.ho.fresh, d.ho.dirty = nil, false
+	d.ho.mu.Unlock()
+	cells := d.heldNow()
+	if !all {
+		cells = slices.DeleteFunc(cells, func(h *holding) bool { _, ok := fresh[h.name]; return !ok })
+	}
+	for _, h := range cells {
 		if !draining && d.pinnedHere(h) {
 			continue
 		}
+		placements.Add(1)
 		if to, ok := preferred(h.name, targets); ok && to.Name != d.cfg.Node {
 			plan = append(plan, move{h.name, to})
 		}
 	}
+	undone := atomic.Bool{} // a move not made: look at every cell again next round
+	defer func() {
+		d.ho.mu.Lock()
+		if undone.Load() || draining {
+			d.ho.dirty, d.ho.fresh = true, nil
+		} else {
+			d.ho.placedKey = &key
+		}
+		d.ho.mu.Unlock()
+	}()
 	if len(plan) == 0 {
 		return
 	}
@@ -662,25 +736,30 @@ func (d *Daemon) moveRound(ctx context.Context, key string, draining bool, rate 
 	var wg sync.WaitGroup
 	for i, mv := range plan {
 		if i > 0 && wait.Sleep(ctx, every) != nil {
+			undone.Store(true)
 			break
 		}
 		if !draining && memberKey(d.members()) != key {
+			undone.Store(true)
 			break // the view changed: look again next round
 		}
 		if draining != d.ho.draining.Load() {
+			undone.Store(true)
 			break
 		}
 		if _, err := d.currentNode(); err != nil {
+			undone.Store(true)
 			break // closing (Close drains the cells itself) or fenced
 		}
 		if h := d.held(mv.cell); h == nil || (!draining && d.pinnedHere(h)) {
-			continue // gone meanwhile, or pinned since the plan was made
+			continue // gone meanwhile, or pinned since the plan was made (its unpin marks it fresh)
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
+			undone.Store(true)
 			break
 		}
 		wg.Go(func() {
@@ -688,6 +767,7 @@ func (d *Daemon) moveRound(ctx context.Context, key string, draining bool, rate 
 			mctx, cancel := context.WithTimeout(ctx, d.cfg.TTL)
 			defer cancel()
 			if _, err := d.handOff(mctx, mv.cell, mv.to, false); err != nil && errcode.CodeOf(err) != errcode.CodeNotHolder {
+				undone.Store(true)
 				d.log.Warn("move failed", "cell", mv.cell, "to", mv.to.Name, "err", err)
 			}
 		})

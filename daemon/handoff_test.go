@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -34,6 +36,9 @@ type testFleet struct {
 	mu sync.Mutex
 	ds map[string]*Daemon
 	hs map[string]http.Handler
+	// tap, when set, sees every request between the nodes, with its
+	// body, and says whether it is delivered (else it is lost).
+	tap func(r *http.Request, body []byte) bool
 }
 
 func newTestFleet() *testFleet {
@@ -50,6 +55,13 @@ func (f *testFleet) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Body == nil {
 		r.Body = http.NoBody
 	}
+	if f.tap != nil {
+		body, _ := io.ReadAll(r.Body)
+		if !f.tap(r, body) {
+			return nil, fmt.Errorf("read %s: connection reset by peer", r.URL.Host)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	return rec.Result(), nil
@@ -61,15 +73,32 @@ const testFleetSecret = "fleet-secret-for-tests"
 // closed when the test ends unless the test closes it first.
 func (f *testFleet) open(t *testing.T, b bucket.Bucket, name string, ttl time.Duration, rate float64) *Daemon {
 	t.Helper()
+	return f.openWith(t, b, name, ttl, rate, APIConfig{})
+}
+
+// openWith is open with the API's config.
+func (f *testFleet) openWith(t *testing.T, b bucket.Bucket, name string, ttl time.Duration, rate float64, api APIConfig) *Daemon {
+	t.Helper()
 	d, err := Open(t.Context(), Config{Node: name, Advertise: "http://" + name, TTL: ttl,
-		FleetSecret: testFleetSecret, PeerClient: &http.Client{Transport: f}, MoveRate: rate}, b, slog.New(slog.DiscardHandler))
+		FleetSecret: testFleetSecret, PeerClient: &http.Client{Transport: f}, MoveRate: rate, API: api}, b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
 	f.ds[name], f.hs[name] = d, d.Handler()
+	ds := make([]*Daemon, 0, len(f.ds))
+	for _, o := range f.ds {
+		ds = append(ds, o)
+	}
 	f.mu.Unlock()
 	t.Cleanup(func() { closeOK(t, d) })
+	// Every node sees the new one now (it is a verified member, which a
+	// push or a forward needs), not at its next LIST, TTL/3 from now.
+	for _, o := range ds {
+		if n, err := o.currentNode(); err == nil {
+			_ = n.Observer().Refresh(t.Context())
+		}
+	}
 	return d
 }
 
@@ -716,7 +745,10 @@ func TestHandoffPushNeedsTheFleetSecret(t *testing.T) {
 	for name, secret := range map[string]string{"client": "", "wrong secret": "another-fleet-secret"} {
 		req := httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/c/handoff", nil)
 		if secret != "" {
-			req.Header.Set(headerPeerToken, secret)
+			h := peerHeaders(secret, "b", "a", "POST", "/v1/cells/c/handoff", "", 1)
+			for i := 0; i < len(h); i += 2 {
+				req.Header.Set(h[i], h[i+1])
+			}
 		}
 		rec := httptest.NewRecorder()
 		f.handler("a").ServeHTTP(rec, req)

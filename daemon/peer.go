@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/deedkit/deed/errcode"
 )
@@ -13,26 +15,41 @@ import (
 const (
 	// HeaderNode names the node that served a request, on every answer.
 	HeaderNode = "Deed-Node"
-	// headerPeerToken carries Config.FleetSecret on a request from a peer;
-	// only a request with the right secret is treated as a peer's.
+	// headerPeerToken carried the fleet secret itself on a peer request
+	// before peer proofs (headerPeerProof); a request with it is refused.
 	headerPeerToken = "Deed-Peer-Token"
-	// headerFrom names the peer node that sent a request.
-	headerFrom = "Deed-From"
 )
 
-// newPeerRequest builds a request to the peer at addr (its advertised
-// address, e.g. "http://10.0.0.2:7480") that carries the fleet secret, so
-// the peer accepts it as a peer's. DEED-E011 when the fleet is off: no
-// request between daemons is ever sent unauthenticated.
-func (d *Daemon) newPeerRequest(ctx context.Context, addr, method, path string, body io.Reader) (*http.Request, error) {
+// peerRequest is a request to a peer, sent by sendPeer.
+type peerRequest struct {
+	req  *http.Request
+	to   string // the node it is for
+	body []byte
+}
+
+// newPeerRequest builds a request to the peer node to at addr (its
+// advertised address, e.g. "http://10.0.0.2:7480"). DEED-E011 when the
+// fleet is off: no request between daemons is ever sent unauthenticated.
+// Set the headers it needs, then sendPeer signs and sends it.
+func (d *Daemon) newPeerRequest(ctx context.Context, to, addr, method, path string, body []byte) (*peerRequest, error) {
 	if d.cfg.FleetSecret == "" {
 		return nil, errcode.Errorf(errcode.CodeUnavailable, "no fleet secret configured: node %s does not talk to peers", d.cfg.Node)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(addr, "/")+path, body)
+	var rd io.Reader
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(addr, "/")+path, rd)
 	if err != nil {
 		return nil, errcode.Errorf(errcode.CodeUnavailable, "peer request to %s: %v", addr, err)
 	}
-	req.Header.Set(headerPeerToken, d.cfg.FleetSecret)
-	req.Header.Set(headerFrom, d.cfg.Node)
-	return req, nil
+	return &peerRequest{req: req, to: to, body: body}, nil
+}
+
+// sendPeer signs pr with a peer proof and sends it; nonce is the proof's,
+// which the answer's proof must name (answerVerified).
+func (d *Daemon) sendPeer(pr *peerRequest) (resp *http.Response, nonce string, err error) {
+	p := signPeerRequest(d.peers.key, pr.req, d.cfg.Node, pr.to, pr.body, time.Now())
+	resp, err = d.peerClient().Do(pr.req)
+	return resp, p.nonce, err
 }

@@ -8,7 +8,9 @@ import (
 )
 
 // member is a node that placement may choose: alive, not draining, with a
-// valid lease that advertises an address.
+// valid lease that advertises an address and, with a fleet secret, is
+// authenticated by it (owner.NodeView.Verified): a lease anyone who can
+// write the bucket made up is never sent a request, a cell or a share.
 type member struct {
 	Name   string
 	Addr   string
@@ -26,15 +28,36 @@ func (d *Daemon) members() []member {
 	if n == nil {
 		return nil
 	}
-	return liveMembers(n.Observer().View())
+	return liveMembers(n.Observer().View(), n.Observer().Verifying())
+}
+
+// trustedPeer is node as this daemon may send it a request: alive, with a
+// valid lease advertising an address and, with a fleet secret, verified;
+// draining or not (a draining node still serves the cells it holds).
+// Every address a request is forwarded or pushed to comes from here (or
+// from members, which holds the same checks), never from what an
+// ownership record or an error names.
+func (d *Daemon) trustedPeer(node string) (member, bool) {
+	d.mu.Lock()
+	n := d.node
+	d.mu.Unlock()
+	if n == nil {
+		return member{}, false
+	}
+	v, ok := n.Observer().Lookup(node)
+	if !ok || !v.Alive || v.Corrupt != "" || v.Addr == "" || (n.Observer().Verifying() && !v.Verified) {
+		return member{}, false
+	}
+	return member{Name: v.Node, Addr: v.Addr, Weight: max(v.Weight, 1)}, true
 }
 
 // liveMembers is the placement set of a view: pure, so that every node
-// that sees the same leases places every cell alike.
-func liveMembers(view []owner.NodeView) []member {
+// that sees the same leases places every cell alike. verify (a fleet
+// secret is configured) leaves out every lease that does not verify.
+func liveMembers(view []owner.NodeView, verify bool) []member {
 	out := make([]member, 0, len(view))
 	for _, v := range view {
-		if !v.Alive || v.Draining || v.Corrupt != "" || v.Addr == "" {
+		if !v.Alive || v.Draining || v.Corrupt != "" || v.Addr == "" || (verify && !v.Verified) {
 			continue
 		}
 		w := v.Weight

@@ -63,9 +63,16 @@ func TestLiveMembersLeavesOutDrainingDeadAndCorrupt(t *testing.T) {
 		{Node: "noaddr", Alive: true, Exists: true},
 		{Node: "unweighted", Addr: "http://u", Alive: true, Exists: true},
 	}
-	got := liveMembers(view)
+	got := liveMembers(view, false)
 	want := []member{{Name: "ok", Addr: "http://ok", Weight: 2}, {Name: "unweighted", Addr: "http://u", Weight: 1}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("liveMembers = %v, want %v", got, want)
+	}
+	// With a fleet secret only verified leases are members.
+	view[0].Verified = true
+	got = liveMembers(view, true)
+	want = []member{{Name: "ok", Addr: "http://ok", Weight: 2}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("liveMembers verifying = %v, want %v", got, want)
 	}
 }

@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -55,31 +53,10 @@ type peerCall struct {
 	hops int    // forwards so far, ≥ 1
 }
 
-// peerOf is the peer that forwarded r, if r carried the fleet secret.
+// peerOf is the peer that forwarded r, if r carried a good peer proof.
 func peerOf(ctx context.Context) (peerCall, bool) {
 	p, ok := ctx.Value(peerKey{}).(peerCall)
 	return p, ok
-}
-
-// peerAuth checks the fleet secret of a request that carries one: the
-// right one makes it a peer's (marked in its context, with its hop count
-// and sender), which needs no bearer token, as the node that forwarded it
-// checked the client's. A wrong one, or any on a node without a secret,
-// is DEED-E041. A request without the header is returned as it is.
-func peerAuth(secret string, r *http.Request) (*http.Request, bool, error) {
-	got := r.Header.Get(headerPeerToken)
-	if got == "" {
-		return r, false, nil
-	}
-	if secret == "" || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
-		return r, false, errcode.Errorf(errcode.CodeUnauthorized, "unauthorized: wrong fleet secret in %s (or this node has none)", headerPeerToken)
-	}
-	hops, err := strconv.Atoi(r.Header.Get(headerHops))
-	if err != nil || hops < 1 {
-		hops = 1
-	}
-	p := peerCall{from: r.Header.Get(headerFrom), hops: hops}
-	return r.WithContext(context.WithValue(r.Context(), peerKey{}, p)), true, nil
 }
 
 // routeAction is what a node does with a request for a cell.
@@ -183,6 +160,13 @@ func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool
 	if owner.ValidateName("cell", name) != nil {
 		return false // refused here, with the name's own error
 	}
+	if d.moveInFlight(name) {
+		// This node is handing the cell off: the request waits here for
+		// the push (acquire's movedAway) and then follows the cell, rather
+		// than going by a hint or placement to a node that has not been
+		// told yet (which would send it back here).
+		return false
+	}
 	v := decideRoute(d.routeInput(r, name))
 	if v.Action != routeForward {
 		return false
@@ -198,6 +182,12 @@ func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool
 func (d *Daemon) reroute(w http.ResponseWriter, r *http.Request, body []byte, err error) bool {
 	holder, ok := holderOf(err)
 	if !ok {
+		return false
+	}
+	// The holder's address as its verified lease advertises it: one
+	// that is not a verified member is never sent the request (the
+	// refusal is the answer, naming it).
+	if holder, ok = d.trustedPeer(holder.Name); !ok && d.cfg.FleetSecret != "" {
 		return false
 	}
 	in := d.routeInput(r, r.PathValue("cell"))
@@ -364,10 +354,6 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	if r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
 	}
-	var rd io.Reader
-	if len(body) > 0 {
-		rd = bytes.NewReader(body)
-	}
 	var sent atomic.Bool
 	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
 		WroteRequest: func(i httptrace.WroteRequestInfo) {
@@ -376,19 +362,26 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 			}
 		},
 	})
-	req, err := d.newPeerRequest(ctx, to.Addr, r.Method, path, rd)
+	if m, ok := d.trustedPeer(to.Name); !ok || m.Addr != to.Addr {
+		// Only ever to a verified member at the address its lease
+		// advertises; routing chose from those, so this is a view that
+		// changed under it.
+		d.forwardFailed(w, r, to, write, false, errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr))
+		return
+	}
+	pr, err := d.newPeerRequest(ctx, to.Name, to.Addr, r.Method, path, body)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, false, err)
 		return
 	}
-	req.Header.Set(headerHops, strconv.Itoa(hops))
+	pr.req.Header.Set(headerHops, strconv.Itoa(hops))
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		req.Header.Set("Content-Type", ct)
+		pr.req.Header.Set("Content-Type", ct)
 	}
 	if k := r.Header.Get(HeaderIdempotencyKey); k != "" {
-		req.Header.Set(HeaderIdempotencyKey, k) // the holder answers a retry with the first outcome
+		pr.req.Header.Set(HeaderIdempotencyKey, k) // the holder answers a retry with the first outcome
 	}
-	resp, err := d.peerClient().Do(req)
+	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, sent.Load(), err)
 		return
@@ -399,11 +392,21 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		d.forwardFailed(w, r, to, write, true, err)
 		return
 	}
+	if !answerVerified(d.peers.key, nonce, resp, raw) {
+		// Not proved by a holder of the fleet secret: not relayed, and
+		// what happened there is not known. A peer's guard refusing the
+		// proof (401) cannot sign either, so it lands here too: for an
+		// append that is "unknown" rather than a "no" this node cannot
+		// vouch for.
+		d.m.forwards.WithLabelValues("unverified").Inc()
+		d.forwardFailed(w, r, to, write, true, errcode.Errorf(errcode.CodePeer, "its answer (%s) carries no valid peer proof: not believed", resp.Status))
+		return
+	}
 	if resp.StatusCode == http.StatusUnauthorized {
-		// Only the peer's guard answers 401, before any handler: nothing
-		// ran there. The client's credentials were fine; the fleet's are not.
+		// A member's proved 401: its guard refused the proof before any
+		// handler ran (clock skew beyond the window, or a replay).
 		d.m.forwards.WithLabelValues("refused").Inc()
-		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401: its fleet secret differs, or it has none yet); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
+		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
 		return
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()

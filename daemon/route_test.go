@@ -176,6 +176,7 @@ func TestDeedNodeOnEveryAnswer(t *testing.T) {
 		{"GET", "/v1/cells", auth, 200},
 		{"GET", "/v1/cells", nil, 401},
 		{"GET", "/v1/cells", []string{headerPeerToken, "wrong-secret-0123456789"}, 401},
+		{"GET", "/v1/cells/c/records", peerHeaders("wrong-secret-0123456789", "b", "a", "GET", "/v1/cells/c/records", "", 1), 401},
 		{"POST", "/v1/cells/c/append", auth, 400},
 		{"POST", "/v1/cells/bad..name/append", append([]string{}, auth...), 400},
 		{"DELETE", "/v1/cells", auth, 405},
@@ -193,26 +194,31 @@ func TestDeedNodeOnEveryAnswer(t *testing.T) {
 	}
 }
 
-// Only the fleet secret makes a request a peer's: a wrong one, or one sent
-// to a node without a secret, is DEED-E041; a peer's request needs no
-// bearer token; without secrets nothing is ever forwarded.
+// Only a good peer proof makes a request a peer's, and only on the peer
+// endpoints: a wrong one, or one sent to a node without a secret, is
+// DEED-E041; the fleet secret in the clear (the old Deed-Peer-Token) is
+// refused; a peer's request needs no bearer token; without secrets nothing
+// is ever forwarded.
 func TestPeerAuthentication(t *testing.T) {
 	m := fakes3.NewMem()
 	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{Token: "client-token"})
 	lone := startFleetNode(t, m.Client("lone"), "lone", "", "", APIConfig{})
 	for _, tc := range []struct {
-		url, secret string
-		status      int
+		name, url, secret, to string
+		status                int
 	}{
-		{a.srv.URL, testSecret, 200},
-		{a.srv.URL, testSecret + "x", 401},
-		{a.srv.URL, "short", 401},
-		{lone.srv.URL, testSecret, 401},
+		{"right secret", a.srv.URL, testSecret, "a", 200},
+		{"wrong secret", a.srv.URL, testSecret + "x", "a", 401},
+		{"for another node", a.srv.URL, testSecret, "b", 401},
+		{"to a node without a secret", lone.srv.URL, testSecret, "lone", 401},
 	} {
-		got := send(t, "GET", tc.url+"/v1/cells", "", headerPeerToken, tc.secret)
+		got := send(t, "GET", tc.url+"/v1/cells/c/records", "", peerHeaders(tc.secret, "z", tc.to, "GET", "/v1/cells/c/records", "", 1)...)
 		if got.status != tc.status || (tc.status == 401 && got.code() != string(errcode.CodeUnauthorized)) {
-			t.Errorf("%s with secret %q: %+v, want %d", tc.url, tc.secret, got, tc.status)
+			t.Errorf("%s: %+v, want %d", tc.name, got, tc.status)
 		}
+	}
+	if got := send(t, "GET", a.srv.URL+"/v1/cells/c/records", "", headerPeerToken, testSecret); got.status != 401 {
+		t.Errorf("the secret in the clear: %+v, want 401", got)
 	}
 
 	// Two nodes without a secret: a cell held by one is refused by the
@@ -227,14 +233,20 @@ func TestPeerAuthentication(t *testing.T) {
 		t.Fatalf("lone forwarded %s requests", v)
 	}
 
-	// A peer with another secret refuses the forward: the client is told
-	// the fleet's secrets disagree (DEED-E013, not applied), not that its
-	// own token was wrong.
+	// A node with another secret is no member: its lease does not verify,
+	// so a never forwards to it; the client gets the refusal (DEED-E020,
+	// naming the holder), not applied.
 	c := startFleetNode(t, m.Client("c"), "c", "another-secret-0123456789", "", APIConfig{})
 	hold(t, c, "d", "x")
+	if err := a.d.node.Observer().Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	got = send(t, "POST", a.srv.URL+"/v1/cells/d/append", "y", "Authorization", "Bearer client-token")
-	if got.status != 503 || got.code() != string(errcode.CodePeer) || got.body["applied"] != "no" {
+	if got.status != 409 || got.code() != string(errcode.CodeHeld) || got.body["applied"] != "no" || got.hdr.Get(HeaderNode) != "a" {
 		t.Fatalf("append through a to c: %+v", got)
+	}
+	if v := metricValue(t, a.d, `deed_forwarded_total{result="refused"}`); v != "0" {
+		t.Fatalf("a sent %s requests to a node of another secret", v)
 	}
 }
 
@@ -247,12 +259,12 @@ func TestForwardNeverLoops(t *testing.T) {
 	hold(t, a, "c", "one")
 	// As if a had forwarded a request for its own cell to b: b's claim is
 	// refused for a, and b does not send it back.
-	got := send(t, "POST", b.srv.URL+"/v1/cells/c/append", "two", headerPeerToken, testSecret, headerFrom, "a", headerHops, "1")
+	got := send(t, "POST", b.srv.URL+"/v1/cells/c/append", "two", peerHeaders(testSecret, "a", "b", "POST", "/v1/cells/c/append", "two", 1)...)
 	if got.status != 409 || got.code() != string(errcode.CodeHeld) || got.hdr.Get(HeaderNode) != "b" {
 		t.Fatalf("peer request back: %+v", got)
 	}
 	// A second hop is the last.
-	got = send(t, "POST", b.srv.URL+"/v1/cells/c/append", "three", headerPeerToken, testSecret, headerFrom, "z", headerHops, "2")
+	got = send(t, "POST", b.srv.URL+"/v1/cells/c/append", "three", peerHeaders(testSecret, "z", "b", "POST", "/v1/cells/c/append", "three", 2)...)
 	if got.status != 409 || got.code() != string(errcode.CodeHeld) {
 		t.Fatalf("third hop: %+v", got)
 	}
@@ -261,7 +273,7 @@ func TestForwardNeverLoops(t *testing.T) {
 	}
 	// Hops claimed without the secret are ignored: the client's request
 	// is forwarded as any other.
-	got = send(t, "POST", b.srv.URL+"/v1/cells/c/append", "four", headerFrom, "a", headerHops, "2")
+	got = send(t, "POST", b.srv.URL+"/v1/cells/c/append", "four", headerHops, "2")
 	if got.status != 200 || got.hdr.Get(HeaderNode) != "a" || got.body["pos"] != 2.0 {
 		t.Fatalf("client request with fake hops: %+v", got)
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -16,13 +17,16 @@ import (
 // Status is what this node knows of the fleet at one moment: the status
 // page (GET /) renders it and GET /v1/status answers it as JSON.
 type Status struct {
-	Node        string    `json:"node"`
-	Incarnation string    `json:"incarnation,omitempty"` // "" while fenced
-	Advertise   string    `json:"advertise,omitempty"`
-	Version     string    `json:"version,omitempty"`
-	Ready       bool      `json:"ready"`    // the node lease is held
-	Draining    bool      `json:"draining"` // advertised as draining in its lease
-	Now         time.Time `json:"now"`
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation,omitempty"` // "" while fenced
+	Advertise   string `json:"advertise,omitempty"`
+	Version     string `json:"version,omitempty"`
+	Ready       bool   `json:"ready"`    // the node lease is held
+	Draining    bool   `json:"draining"` // advertised as draining in its lease
+	// Fleet says this node has a fleet secret: then only the nodes whose
+	// lease verifies (Nodes[].verified) are members.
+	Fleet bool      `json:"fleet"`
+	Now   time.Time `json:"now"`
 	// Nodes are this node's view of every node lease in the bucket (one
 	// LIST per TTL/3): alive or not, address, weight, and the cells each
 	// held at its last renewal. Empty while fenced.
@@ -48,6 +52,31 @@ type StatusCell struct {
 	Busy bool `json:"busy,omitempty"`
 }
 
+// freshenPeers starts, at most once per TTL/3 and in the background, a
+// read of every peer's lease, so that the cell counts the status page shows
+// are current: the LIST that keeps liveness current carries no body, and a
+// renewal that changes only the count is not otherwise read. Only while
+// someone looks at the page does it cost anything (one GET per peer per
+// TTL/3); the page never waits for it.
+func (d *Daemon) freshenPeers() {
+	now := time.Now().UnixNano()
+	last := d.peersRead.Load()
+	if now-last < int64(d.cfg.TTL/3) || !d.peersRead.CompareAndSwap(last, now) {
+		return
+	}
+	d.mu.Lock()
+	n := d.node
+	d.mu.Unlock()
+	if n == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.TTL/3)
+		defer cancel()
+		n.Observer().ReadAll(ctx, d.cfg.Node)
+	}()
+}
+
 // maxStatusCells bounds the cells the page lists, so that a node holding
 // a hundred thousand cells still answers with a page a browser can show.
 const maxStatusCells = 500
@@ -56,7 +85,9 @@ const maxStatusCells = 500
 // the node view is the observer's last, and a cell whose lock is taken is
 // listed as busy.
 func (d *Daemon) status() Status {
+	d.freshenPeers()
 	s := Status{Node: d.cfg.Node, Advertise: d.cfg.Advertise, Version: d.cfg.Version, Now: time.Now(), Ready: d.ready(),
+		Fleet: d.cfg.FleetSecret != "",
 		Nodes: []owner.NodeView{}, Cells: []StatusCell{}}
 	d.mu.Lock()
 	n := d.node
@@ -259,14 +290,14 @@ code{font-size:.95em}
 <tbody>
 {{range .Nodes}}<tr id="node-{{.Node}}"{{if eq .Node $.Node}} class="self"{{end}}>
 <td><code>{{.Node}}</code></td>
-<td>{{with webURL .Addr}}<a href="{{.}}">{{.}}</a>{{else}}{{.Addr}}{{end}}</td>
-<td class="{{class .}}">{{state .}}{{with .Corrupt}}: {{.}}{{end}}</td>
+<td>{{if and (webURL .Addr) (or .Verified (not $.Fleet))}}<a href="{{webURL .Addr}}">{{webURL .Addr}}</a>{{else}}{{.Addr}}{{end}}</td>
+<td class="{{if and $.Fleet (not .Verified)}}bad{{else}}{{class .}}{{end}}">{{state .}}{{if and $.Fleet (not .Verified)}}, unverified: not a member (its lease is not signed with this fleet's secret){{end}}{{with .Corrupt}}: {{.}}{{end}}</td>
 <td class="n">{{weight .Weight}}</td>
 <td class="n">{{.Cells}}</td>
 </tr>
 {{end}}</tbody>
 </table>
-<p class="meta">Cells held: as of the node's last lease renewal (every third of its TTL).
+<p class="meta">Cells held: as of each node's lease renewal that this node last read (read again, at most every third of a TTL, while this page is looked at).
 A node whose lease is missing (a finished <code>deed exec</code> deletes its own) is shown for
 its TTL and margin after it went, then forgotten.</p>
 {{else}}<p>No node leases seen{{if not .Ready}} (this node is fenced){{end}}.</p>{{end}}

@@ -173,6 +173,14 @@ type Observation struct {
 	Weight   float64
 	Draining bool
 	Cells    int
+	// Verified says the lease's MAC is right under the observer's lease
+	// key (Observer.VerifyWith): its node holds the fleet secret. Only a
+	// verified node is a member; liveness never looks at it.
+	Verified bool
+	// size is the lease's length when it was last read whole (-1 when it
+	// did not parse, 0 when never read): a later version a LIST shows of
+	// the same size class (leaseGenMod) advertises the same fields.
+	size int64
 	// after is the send time of the last read that showed the version
 	// before this one (zero when unknown): this version was written after
 	// it. It only schedules reads (Observer.watchPlan), never judges.

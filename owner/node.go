@@ -48,6 +48,10 @@ type Config struct {
 	// (0 means 1; at most MaxWeight). Placement is the daemon's; the
 	// owner package only carries it.
 	Weight float64
+	// LeaseKey (LeaseKey of the fleet secret; nil without one) signs this
+	// node's lease and verifies its peers': only a peer whose lease
+	// verifies is a member (Observation.Verified).
+	LeaseKey []byte
 	// Hooks lets tests and metrics observe lifecycle events. Optional.
 	Hooks Hooks
 	// WallClock stamps at_ms in the ownership records and node leases this
@@ -143,7 +147,7 @@ func NewNode(b bucket.Bucket, cfg Config) (*Node, error) {
 		cfg:         cfg,
 		log:         cfg.Logger.With("node", cfg.Name),
 		incarnation: newNonce(),
-		obs:         NewObserver(b, cfg.params()),
+		obs:         NewObserver(b, cfg.params()).VerifyWith(cfg.LeaseKey),
 		held:        map[string]*Lease{},
 		fenced:      make(chan struct{}),
 	}, nil
@@ -209,7 +213,8 @@ func (n *Node) Lease(cell string) (*Lease, bool) {
 
 // Open creates the node lease and starts renewing it and observing peers.
 // If the lease exists, is not released and belongs to another incarnation,
-// Open watches it for TTL+margin: if it changes, a live process already runs
+// Open watches it for the longer of its own TTL and the one the lease
+// advertises, plus the margin: if it changes, a live process already runs
 // as this node and Open fails with DEED-E020; if it stays unchanged, that
 // process is dead and Open takes the lease over.
 func (n *Node) Open(ctx context.Context) error {
@@ -279,7 +284,14 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 				// here: the takeover below is If-Match on the very version
 				// read, so a renewal that landed after the GET was served
 				// makes it fail with 412.
-				if left := p.TTL + p.Margin - now.Sub(watchedSince); left >= 0 {
+				//
+				// The wait is the longer of this process's TTL and the
+				// one the lease advertises (as Alive judges): the holder
+				// fences itself by its own TTL, so a process started with a
+				// shorter one (`deed claim --hold --ttl 1s`) must not take
+				// over a live daemon's lease of a longer TTL between two of
+				// its renewals.
+				if left := max(p.TTL, rec.TTL()) + p.Margin - now.Sub(watchedSince); left >= 0 {
 					if now.Equal(watchedSince) {
 						n.log.Info("node lease held by another incarnation; watching it", "incarnation", rec.Incarnation)
 					}
@@ -334,7 +346,7 @@ func (n *Node) acquire(ctx context.Context) (time.Time, error) {
 func (n *Node) nodeRecord(released bool) NodeRecord {
 	return NodeRecord{Node: n.cfg.Name, Incarnation: n.incarnation, Addr: n.cfg.Addr,
 		TTLMS: n.cfg.TTL.Milliseconds(), Seq: n.seq, AtMS: n.cfg.WallClock().UnixMilli(), Released: released,
-		Weight: n.cfg.Weight, Draining: n.draining, Cells: len(n.held)}
+		Weight: n.cfg.Weight, Draining: n.draining, Cells: len(n.held)}.padded(n.cfg.LeaseKey).sign(n.cfg.LeaseKey)
 }
 
 // SetDraining marks the node as draining (or not) in its lease from the next
@@ -359,7 +371,7 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 	defer n.wg.Done()
 	p := n.cfg.params()
 	interval := p.TTL / 3
-	next := lastSend.Add(interval)
+	next := renewAt(lastSend, interval)
 	backoff := p.TTL / 50
 	var failed error // the last renewal attempt's error, nil after a success
 	for {
@@ -406,12 +418,22 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 			n.mu.Lock()
 			n.lastSend = sent
 			n.mu.Unlock()
-			next = sent.Add(interval)
+			next = renewAt(sent, interval)
 			backoff = p.TTL / 50
 			n.observeSelf()
-			// Observing peers must never hold up the next renewal, nor
-			// the fence check before it: a slow store would otherwise
-			// keep this node acting past its deadline.
+			// The LIST waits for the peers' renewals of this interval to
+			// land (listAt). Observing peers must never hold up the next
+			// renewal, nor the fence check before it: a slow store would
+			// otherwise keep this node acting past its deadline.
+			if at := listAt(sent, interval); at.Before(next) {
+				t := time.NewTimer(time.Until(at))
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
 			octx, ocancel := context.WithDeadline(ctx, next)
 			err := n.obs.Refresh(octx)
 			ocancel()
@@ -433,6 +455,39 @@ func (n *Node) loop(ctx context.Context, lastSend time.Time) {
 			backoff = min(backoff*2, interval/2)
 		}
 	}
+}
+
+// Renewals are aligned to a grid of the renewal interval on the wall clock
+// (multiples of it since the Unix epoch), the same for every node of a TTL,
+// and each node lists nodes/ listOffset into the interval: by then every
+// peer whose clock agrees with this node's has renewed, so one LIST sees
+// each peer's new version at most listOffset (plus a round trip) after it
+// was written, and death, which counts from that first sight, is judged as
+// promptly as reading each peer every few hundred milliseconds would. The
+// wall clock only schedules: no judgement reads it, so a node whose clock
+// is off is still judged safely, only its failover is slower (its version
+// is seen up to an interval late, as without alignment).
+
+// listOffset is how far into its renewal interval a node lists nodes/:
+// a tenth of it (TTL/30), several store round trips at any TTL.
+func listOffset(interval time.Duration) time.Duration { return interval / 10 }
+
+// renewAt is when a node that renewed with a request sent at sent renews
+// next: the first grid point more than a quarter interval after sent, so
+// between 3/4 and 5/4 of an interval later (one interval once aligned).
+func renewAt(sent time.Time, interval time.Duration) time.Time {
+	w := sent.UnixNano() + int64(interval/4)
+	g := (w/int64(interval) + 1) * int64(interval)
+	return sent.Add(time.Duration(g - sent.UnixNano()))
+}
+
+// listAt is when a node that renewed at sent lists nodes/: listOffset past
+// the grid point its renewal belongs to (the one nearest before a quarter
+// interval past sent), or at once if that has passed.
+func listAt(sent time.Time, interval time.Duration) time.Time {
+	w := sent.UnixNano() + int64(interval/4)
+	g := (w / int64(interval)) * int64(interval)
+	return sent.Add(time.Duration(g - sent.UnixNano() + int64(listOffset(interval))))
 }
 
 // watch reads peers' leases when they are due a new version or could be
@@ -469,7 +524,7 @@ func (n *Node) observeSelf() {
 	n.mu.Unlock()
 	n.obs.record(Observation{Node: n.cfg.Name, Exists: true, ETag: etag, Addr: n.cfg.Addr,
 		Incarnation: n.incarnation, TTL: n.cfg.TTL, Weight: NodeRecord{Weight: n.cfg.Weight}.EffectiveWeight(),
-		Draining: draining, Cells: cells}, time.Now(), time.Now())
+		Draining: draining, Cells: cells, Verified: n.cfg.LeaseKey != nil}, time.Now(), time.Now())
 }
 
 // nextLeaseVersion bumps the sequence number and returns the next node-lease

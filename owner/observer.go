@@ -13,12 +13,14 @@ import (
 )
 
 // Observer keeps, per node lease, the ETag and the local time it was first
-// seen. Refresh costs one LIST of nodes/ (plus a GET of each lease whose
-// ETag changed, to learn its address and released flag), so a daemon's
-// steady-state cost grows with nodes, never with cells.
+// seen. Refresh costs one LIST of nodes/ (plus a GET of each lease seen for
+// the first time or whose size class changed, to learn what it advertises:
+// see leasesize.go), so a daemon's steady-state cost is one LIST per
+// interval, whatever the number of nodes or cells.
 type Observer struct {
-	b bucket.Bucket
-	p Params
+	b   bucket.Bucket
+	p   Params
+	key []byte // LeaseKey that verifies leases; nil: none is verified
 
 	mu        sync.Mutex
 	obs       map[string]Observation
@@ -36,6 +38,17 @@ func NewObserver(b bucket.Bucket, p Params) *Observer {
 	return &Observer{b: b, p: p, obs: map[string]Observation{}}
 }
 
+// VerifyWith sets the key (LeaseKey of the fleet secret) that leases are
+// verified with, before the observer is used, and returns o. Without one
+// no lease is Verified.
+func (o *Observer) VerifyWith(key []byte) *Observer {
+	o.key = key
+	return o
+}
+
+// Verifying reports whether the observer verifies leases.
+func (o *Observer) Verifying() bool { return o.key != nil }
+
 // Refresh lists every node lease and updates the observations.
 func (o *Observer) Refresh(ctx context.Context) error {
 	sent := time.Now()
@@ -45,6 +58,7 @@ func (o *Observer) Refresh(ctx context.Context) error {
 	}
 	now := time.Now()
 	seen := map[string]bool{}
+	var read []string
 	for _, info := range page.Objects {
 		node, ok := strings.CutSuffix(strings.TrimPrefix(info.Key, NodesPrefix), ".json")
 		if !ok || ValidateName("node", node) != nil {
@@ -54,9 +68,31 @@ func (o *Observer) Refresh(ctx context.Context) error {
 		if o.confirm(node, info.ETag, sent) {
 			continue
 		}
-		if err := o.fetch(ctx, node); err != nil {
-			return err
+		if o.renewed(node, info, now, sent) {
+			continue
 		}
+		read = append(read, node)
+	}
+	// Leases seen for the first time or changed, read a few at a time: a
+	// node joining a fleet of a thousand reads them all once.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error
+	sem := make(chan struct{}, 16)
+	for _, node := range read {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := o.fetch(ctx, node); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		return failed
 	}
 	o.mu.Lock()
 	for node, ob := range o.obs {
@@ -136,11 +172,13 @@ func (o *Observer) fetch(ctx context.Context, node string) error {
 	if err != nil {
 		perr = err
 	}
-	ob := Observation{Node: node, Exists: true, ETag: obj.ETag}
+	ob := Observation{Node: node, Exists: true, ETag: obj.ETag, size: -1}
 	if perr == nil {
+		ob.size = int64(len(obj.Body))
 		ob.Released, ob.Addr, ob.Incarnation = rec.Released, rec.Addr, rec.Incarnation
 		ob.TTL = rec.TTL()
 		ob.Weight, ob.Draining, ob.Cells = rec.EffectiveWeight(), rec.Draining, rec.Cells
+		ob.Verified = rec.verified(o.key)
 		if brokenWallClockDeath {
 			noteAtMS(ob, rec.AtMS)
 		}
@@ -184,6 +222,24 @@ func (o *Observer) record(ob Observation, answered, sent time.Time) {
 	o.obs[ob.Node] = ob
 }
 
+// renewed records the new version a LIST (sent at sent, answered at
+// answered) shows of node as a renewal, with no read, when its size class
+// is that of the version last read whole: it advertises the same fields
+// (see leasesize.go), so only its ETag and first sight are new. It reports
+// whether it did; otherwise the caller reads the lease.
+func (o *Observer) renewed(node string, info bucket.Info, answered, sent time.Time) bool {
+	o.mu.Lock()
+	ob, had := o.obs[node]
+	o.mu.Unlock()
+	if !had || !ob.Exists || ob.Released || ob.Corrupt != "" || ob.size <= 0 || info.Size <= 0 ||
+		ob.size%leaseGenMod != info.Size%leaseGenMod {
+		return false
+	}
+	ob.ETag = info.ETag
+	o.record(ob, answered, sent)
+	return true
+}
+
 // confirm notes that a LIST sent at sent still showed etag for node, and
 // reports whether that is the version already observed.
 func (o *Observer) confirm(node, etag string, sent time.Time) bool {
@@ -222,37 +278,20 @@ func (o *Observer) stopCount() uint64 {
 	return o.stops
 }
 
-// watchStep is how often a node's watcher (Node.watch) reads a peer that
-// is due a new version: TTL/20, so that a peer's renewals, its last one
-// included, are first seen within about TTL/20 plus a round trip.
-func (o *Observer) watchStep() time.Duration { return max(o.p.TTL/20, time.Millisecond) }
-
 // watchPlan says which peers (not self) to read now and when to look
-// again (at the latest TTL/3 from now, for peers a Refresh may add):
+// again (at the latest TTL/3 from now, for peers a Refresh may add): a peer
+// seen unchanged for its TTL+margin is read as soon as a read can prove it
+// dead (IncarnationDead: one sent after that point), once, so that a claim
+// of its cells needs no read of its lease. Nothing else is read: a peer's
+// renewals are seen by the LIST of nodes/ that follows each of this node's
+// renewals, and renewals are aligned (renewAt, listAt) so that the LIST
+// comes just after every peer's renewal of the same interval; a peer's
+// first sight of its last version, from which its death counts, is
+// therefore at most a LIST's offset (TTL/30) and a round trip late.
 //
-//   - a peer whose lease version was written its renewal interval (its
-//     TTL/3) ago is due a new version. When the version was written is
-//     known only within bounds: after the last read that still showed the
-//     version before it, and (an estimate) no more than a step before its
-//     first sight; a version with no earlier read may be of any age.
-//     Reading a due peer every step until the version changes pins the new
-//     version's first sight to within a step and a round trip of its
-//     write: the last version a peer wrote before it died is seen that
-//     promptly too, and death counts from that first sight. A first sight
-//     that was late (by a LIST, or a first read that already showed the new
-//     version) makes the next renewal due early, so the lag shrinks by a
-//     step each renewal instead of staying. A healthy peer costs one or two
-//     reads per renewal.
-//   - a peer seen unchanged for TTL+margin is read as soon as a read can
-//     prove it dead (IncarnationDead: one sent after that point), so a
-//     claim of its cells needs no read of its lease.
-//
-// A peer is read at most once a step (counting every read: a LIST too),
-// but for the read that proves it dead.
 // A peer proven dead, released or gone is left to the LIST of Refresh,
 // which notices a restart.
 func (o *Observer) watchPlan(self string, now time.Time) (read []string, next time.Time) {
-	step := o.watchStep()
 	next = now.Add(o.p.TTL / 3)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -260,29 +299,15 @@ func (o *Observer) watchPlan(self string, now time.Time) (read []string, next ti
 		if node == self || o.stopped(ob) {
 			continue
 		}
-		renew := o.p.TTL / 3
-		if ob.TTL > 0 {
-			renew = ob.TTL / 3
-		}
-		written := ob.FirstSeen.Add(-renew) // no earlier read: it may be old
-		if !ob.after.IsZero() {
-			written = later(ob.after, ob.FirstSeen.Add(-step))
-		}
-		// Due a step after the last read at the earliest; a little early
-		// rather than a timer's wake apart.
-		due := later(written.Add(renew+step/2), ob.Confirmed.Add(step))
 		// Not stopped, so not proven: every read so far was sent before
 		// the moment a read can prove it dead, which must not be early.
 		proof := ob.FirstSeen.Add(max(o.p.TTL, ob.TTL) + o.p.Margin + time.Nanosecond)
-		if !due.After(now.Add(step/10)) || !proof.After(now) {
+		if !proof.After(now) {
 			read = append(read, node)
-			due = now.Add(step)
+			continue
 		}
-		if proof.After(now) && proof.Before(due) {
-			due = proof
-		}
-		if due.Before(next) {
-			next = due
+		if proof.Before(next) {
+			next = proof
 		}
 	}
 	sort.Strings(read)
@@ -333,6 +358,10 @@ type NodeView struct {
 	Weight   float64 `json:"weight,omitempty"`
 	Draining bool    `json:"draining,omitempty"`
 	Cells    int     `json:"cells"`
+	// Verified says the lease's MAC is right under the fleet's lease key:
+	// only a verified node is a member (is sent requests and cells).
+	// Always false for an observer without a key.
+	Verified bool `json:"verified"`
 }
 
 // View judges every observed node at now.
@@ -351,7 +380,45 @@ func (o *Observer) View() []NodeView {
 func (o *Observer) view(ob Observation, now time.Time) NodeView {
 	return NodeView{Node: ob.Node, Addr: ob.Addr, Alive: Alive(ob, now, o.p), Released: ob.Released,
 		Exists: ob.Exists, Unchanged: now.Sub(ob.FirstSeen), Corrupt: ob.Corrupt,
-		Weight: ob.Weight, Draining: ob.Draining, Cells: ob.Cells}
+		Weight: ob.Weight, Draining: ob.Draining, Cells: ob.Cells, Verified: ob.Verified}
+}
+
+// ReadAll reads every peer's lease (but self's) that is present and not
+// known to have stopped, a few at a time: what a renewal taken from the
+// LIST alone did not carry (the cells a peer holds) is current afterwards.
+// It costs one GET per peer; a status page calls it, at most once per
+// TTL/3, while someone looks. Judgements are unchanged by it: a read only
+// confirms a version or shows a newer one, stamped at its arrival.
+func (o *Observer) ReadAll(ctx context.Context, self string) {
+	o.mu.Lock()
+	var nodes []string
+	for node, ob := range o.obs {
+		if node != self && ob.Exists && !o.stopped(ob) {
+			nodes = append(nodes, node)
+		}
+	}
+	o.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, node := range nodes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_ = o.fetch(ctx, node) // a failed read leaves the observation as it was
+		})
+	}
+	wg.Wait()
+}
+
+// Lookup judges one node at now, as View would, without copying the rest.
+func (o *Observer) Lookup(node string) (NodeView, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob, ok := o.obs[node]
+	if !ok {
+		return NodeView{}, false
+	}
+	return o.view(ob, time.Now()), true
 }
 
 // Alive judges one node from this observer's history (false if never seen).

@@ -59,8 +59,9 @@ func (j *jitterBucket) Put(ctx context.Context, k string, body []byte, c bucket.
 	return etag, err
 }
 
-// A peer's node-lease versions are first seen by a watching observer within
-// a watch step and a round trip of their write, the last one before the
+// A peer's node-lease versions are first seen by an observer within the
+// LIST's offset into the aligned renewal interval and a round trip of their
+// write, the last one before the
 // peer died included, and never before the renewal that wrote it was sent
 // (the rule that makes every node fence itself before a peer may call it
 // dead). Requests and answers travel with random delays.
@@ -89,7 +90,7 @@ func TestWatchSeesRenewalsPromptlyAndNeverEarly(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close(ctx)
-			step := b.obs.watchStep()
+			step := listOffset(ttl / 3)
 			// Sample b's view of a every millisecond for four renewals,
 			// then cut a off, and go on until b has proven it dead.
 			kill := time.Now().Add(4 * ttl / 3)
@@ -121,7 +122,7 @@ func TestWatchSeesRenewalsPromptlyAndNeverEarly(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			if worst > step+2*rtt {
-				t.Errorf("seed %d: a renewal was first seen %v after it was sent; want within a watch step (%v) and a round trip", seed, worst, step)
+				t.Errorf("seed %d: a renewal was first seen %v after it was sent; want within the LIST's offset (%v) and a round trip", seed, worst, step)
 			}
 		})
 	}

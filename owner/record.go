@@ -105,6 +105,14 @@ type NodeRecord struct {
 	// Cells is how many cells the node held when it wrote this version;
 	// it is for people and placement views, never for liveness.
 	Cells int `json:"cells"`
+	// Pad makes the lease's size tell its advertised fields apart (see
+	// padded): a renewal that changes none of them keeps the size a LIST
+	// shows, so a peer need not read it.
+	Pad string `json:"pad,omitempty"`
+	// MAC authenticates the lease: HMAC-SHA256 under LeaseKey of the
+	// fleet secret over the record's JSON encoding without this field
+	// (see leaseMAC). Absent on a node without a fleet secret.
+	MAC string `json:"mac,omitempty"`
 }
 
 // MaxWeight bounds a node's placement weight.

@@ -257,7 +257,7 @@ func measure(ctx context.Context, px *proxy, prefix string, delay time.Duration,
 // renewal intervals and returns the requests the node sent per interval
 // (its node-lease renewal and its peer LIST), counted at the proxy.
 func deedRenewals(ctx context.Context, b bucket.Bucket, px *proxy, leases int, delay time.Duration) (float64, error) {
-	ttl := max(30*delay, 300*time.Millisecond)
+	ttl := max(30*delay, owner.MinTTL) // the shortest TTL a node accepts
 	// The count is sampled when each renewal's PUT has answered: between
 	// two samples lie whole renewal intervals (a PUT and the LIST after it).
 	var mu sync.Mutex

@@ -20,8 +20,9 @@ import (
 
 func newMoveCmd(cfg *config) *cobra.Command {
 	var (
-		af apiFlags
-		to string
+		af         apiFlags
+		to         string
+		secretFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "move CELL --to NODE",
@@ -38,8 +39,10 @@ ends when NODE releases the cell (a drain, a shutdown, an idle release) or
 restarts.
 
 The holder is found from CELL's ownership record and the holder's node lease
-(its advertised address), so move needs --bucket; --addr sends the request
-to that daemon instead (any node of the fleet once requests are forwarded).
+(its advertised address), so move needs --bucket and --fleet-secret-file:
+the lease must verify under the fleet secret before the request (and its
+bearer token) goes to the address it names. --addr sends the request to that
+daemon instead (any node of the fleet once requests are forwarded).
 A cell held by no live node is claimed on NODE directly.
 
 DEED-E040 (exit 2) when NODE is not a live, non-draining node of the fleet;
@@ -60,18 +63,18 @@ and the next request claims it).`,
 			if err := owner.ValidateName("node", to); err != nil {
 				return errcode.Wrap(err, "move %s: --to", cell)
 			}
-			c, err := placementClient(ctx, cfg, cmd, &af, func(b bucket.Bucket) (string, error) {
+			c, err := placementClient(ctx, cfg, cmd, &af, secretFile, func(b bucket.Bucket, key []byte) (string, error) {
 				rec, exists, err := owner.Inspect(ctx, b, cell)
 				if err != nil {
 					return "", err
 				}
 				if exists && !rec.Released() {
-					if addr, err := nodeAddr(ctx, b, rec.Node); err == nil {
+					if addr, err := nodeAddr(ctx, b, key, rec.Node); err == nil {
 						return addr, nil
 					}
 				}
-				// Held by no running node: NODE claims it itself.
-				return nodeAddr(ctx, b, to)
+				// Held by no running member: NODE claims it itself.
+				return nodeAddr(ctx, b, key, to)
 			})
 			if err != nil {
 				return errcode.Wrap(err, "move %s", cell)
@@ -92,15 +95,17 @@ and the next request claims it).`,
 	}
 	cmd.Flags().StringVar(&to, "to", "", "the node to move the cell to (a live node of the fleet, see deed nodes)")
 	af.register(cmd)
+	registerLeaseSecret(cmd, &secretFile)
 	return cmd
 }
 
 func newDrainCmd(cfg *config) *cobra.Command {
 	var (
-		af       apiFlags
-		off      bool
-		waitDone bool
-		every    time.Duration
+		af         apiFlags
+		off        bool
+		waitDone   bool
+		every      time.Duration
+		secretFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "drain NODE",
@@ -116,8 +121,10 @@ nothing, or undo the drain with --off.
 With no other live node a draining node keeps its cells (there is nowhere to
 hand them).
 
-NODE's address is read from its node lease, so drain needs --bucket; --addr
-sends the request to that daemon instead. --wait polls the daemon until it
+NODE's address is read from its node lease, so drain needs --bucket and
+--fleet-secret-file (the lease must verify under the fleet secret before the
+request, and its bearer token, go to the address it names); --addr sends the
+request to that daemon instead. --wait polls the daemon until it
 holds no cell, printing how many are left.`,
 		Example: `  deed drain web-3 --wait --token-file /etc/deed/token
   deed drain web-3 --off`,
@@ -131,7 +138,7 @@ holds no cell, printing how many are left.`,
 			if every <= 0 {
 				return errcode.Errorf(errcode.CodeBadRequest, "--every %v: must be positive", every)
 			}
-			c, err := placementClient(ctx, cfg, cmd, &af, func(b bucket.Bucket) (string, error) { return nodeAddr(ctx, b, node) })
+			c, err := placementClient(ctx, cfg, cmd, &af, secretFile, func(b bucket.Bucket, key []byte) (string, error) { return nodeAddr(ctx, b, key, node) })
 			if err != nil {
 				return errcode.Wrap(err, "drain %s", node)
 			}
@@ -181,20 +188,37 @@ holds no cell, printing how many are left.`,
 	cmd.Flags().BoolVar(&waitDone, "wait", false, "wait until the node holds no cell")
 	cmd.Flags().DurationVar(&every, "every", time.Second, "with --wait: how often to ask the daemon")
 	af.register(cmd)
+	registerLeaseSecret(cmd, &secretFile)
 	return cmd
 }
 
 // placementClient is the API client for a placement command: to --addr when
 // given, else to the address find reads from the bucket.
-func placementClient(ctx context.Context, cfg *config, cmd *cobra.Command, af *apiFlags, find func(bucket.Bucket) (string, error)) (*client.Client, error) {
+//
+// An address read from a node lease is believed only when the lease
+// verifies under the fleet secret (--fleet-secret-file): anyone who can
+// write the bucket can write a lease, and the request carries the bearer
+// token. Without the secret, or for a lease that does not verify, the
+// command refuses (DEED-E040) and names --addr as the other way.
+func placementClient(ctx context.Context, cfg *config, cmd *cobra.Command, af *apiFlags, secretFile string, find func(b bucket.Bucket, key []byte) (string, error)) (*client.Client, error) {
 	if cmd.Flags().Changed("addr") {
 		return af.client(cfg, cmd)
+	}
+	if !cmd.Flags().Changed("fleet-secret-file") {
+		secretFile = cfg.getenv(envFleetSecret)
+	}
+	if secretFile == "" {
+		return nil, errcode.Errorf(errcode.CodeBadRequest, "finding the daemon from its node lease needs --fleet-secret-file (or %s), to verify the lease before the bearer token is sent to the address it names; or name the daemon with --addr", envFleetSecret)
+	}
+	secret, err := readFleetSecret(secretFile)
+	if err != nil {
+		return nil, err
 	}
 	b, _, err := cfg.openBucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	addr, err := find(b)
+	addr, err := find(b, owner.LeaseKey(secret))
 	if err != nil {
 		return nil, err
 	}
@@ -202,10 +226,11 @@ func placementClient(ctx context.Context, cfg *config, cmd *cobra.Command, af *a
 }
 
 // nodeAddr is the address node advertises in its node lease (one GET of
-// that lease). DEED-E040 when there is no such lease, it is released (the
-// node stopped), or it has no address.
-func nodeAddr(ctx context.Context, b bucket.Bucket, node string) (string, error) {
-	ob, err := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin}).Observe(ctx, node)
+// that lease), verified with key. DEED-E040 when there is no such lease,
+// it is released (the node stopped), it does not verify (not a member of
+// this fleet), or it has no address.
+func nodeAddr(ctx context.Context, b bucket.Bucket, key []byte, node string) (string, error) {
+	ob, err := owner.NewObserver(b, owner.Params{TTL: owner.DefaultTTL, Margin: owner.DefaultMargin}).VerifyWith(key).Observe(ctx, node)
 	switch {
 	case err != nil:
 		return "", errcode.Wrap(err, "read the node lease of %s", node)
@@ -213,8 +238,16 @@ func nodeAddr(ctx context.Context, b bucket.Bucket, node string) (string, error)
 		return "", errcode.Errorf(errcode.CodeBadRequest, "no node lease for node %s in this bucket (see deed nodes)", node)
 	case ob.Released:
 		return "", errcode.Errorf(errcode.CodeBadRequest, "node %s is not running (its node lease is released)", node)
+	case !ob.Verified:
+		return "", errcode.Errorf(errcode.CodeBadRequest, "the node lease of %s does not verify with this fleet secret: it is not a member, and nothing is sent to the address it names (%q); check --fleet-secret-file, or name a daemon you trust with --addr", node, ob.Addr)
 	case ob.Addr == "":
 		return "", errcode.Errorf(errcode.CodeBadRequest, "node %s advertises no address in its node lease: use --addr", node)
 	}
 	return ob.Addr, nil
+}
+
+// registerLeaseSecret adds --fleet-secret-file to a command that reads node
+// leases and must tell members from leases anyone could have written.
+func registerLeaseSecret(cmd *cobra.Command, file *string) {
+	cmd.Flags().StringVar(file, "fleet-secret-file", "", "file with the fleet secret, to verify node leases (env "+envFleetSecret+")")
 }

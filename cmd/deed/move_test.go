@@ -6,14 +6,18 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/owner"
 )
 
 // fleetDaemon serves an in-process daemon of a fleet (a fleet secret, its
@@ -25,7 +29,7 @@ func (e *cellEnv) fleetDaemon(t *testing.T, node string) (*client.Client, string
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }))
 	url := "http://" + srv.Listener.Addr().String()
 	d, err := daemon.Open(t.Context(), daemon.Config{Node: node, Advertise: url, TTL: time.Second, MoveRate: -1,
-		FleetSecret: "fleet-secret", API: daemon.APIConfig{MaxBody: 1 << 10, MaxLimit: 100}}, e.b, slog.New(slog.DiscardHandler))
+		FleetSecret: moveTestSecret, API: daemon.APIConfig{MaxBody: 1 << 10, MaxLimit: 100}}, e.b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +45,31 @@ func (e *cellEnv) fleetDaemon(t *testing.T, node string) (*client.Client, string
 	return apiClient(t, url, ""), url
 }
 
+// moveTestSecret is the fleet secret of fleetDaemon's daemons.
+const moveTestSecret = "fleet-secret-of-move-tests"
+
+// withFleetSecret sets DEED_FLEET_SECRET_FILE in e's environment to a file
+// holding moveTestSecret.
+func (e *cellEnv) withFleetSecret(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleet-secret")
+	if err := os.WriteFile(path, []byte(moveTestSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.env[envFleetSecret] = path
+}
+
 // deed move finds the cell's holder through the bucket and has it hand the
 // cell to the named node; deed drain --wait empties a node; deed nodes
 // shows each node's cell count; no record is lost on the way.
 func TestMoveAndDrainCommands(t *testing.T) {
 	e := newCellEnv(t)
+	// Without the fleet secret the commands do not believe a lease's
+	// address.
+	if r := e.run(t, "drain", "n2"); r.status != 2 || !strings.Contains(r.stderr, "--fleet-secret-file") {
+		t.Fatalf("drain without the fleet secret: exit %d, %q", r.status, r.stderr)
+	}
+	e.withFleetSecret(t)
 	c1, _ := e.fleetDaemon(t, "n1")
 	c2, _ := e.fleetDaemon(t, "n2")
 	for _, data := range []string{"one", "two"} {
@@ -127,5 +151,38 @@ func TestMoveAndDrainCommands(t *testing.T) {
 
 	if r = e.run(t, "move", "c", "--to", "nobody"); r.status != 2 || !strings.Contains(r.stderr, "DEED-E040") {
 		t.Fatalf("move to a node that does not exist: exit %d, %q", r.status, r.stderr)
+	}
+}
+
+// A lease anyone could have written is no member: deed drain refuses to
+// send its request (and bearer token) to the address a forged lease names,
+// and deed nodes marks the lease unverified.
+func TestPlacementCommandsBelieveOnlyVerifiedLeases(t *testing.T) {
+	e := newCellEnv(t)
+	e.withFleetSecret(t)
+	var reached atomic.Int64
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer evil.Close()
+	body := `{"node":"evil","incarnation":"0123456789abcdef","addr":"` + evil.URL + `","ttl_ms":10000,"seq":1,"at_ms":1,"cells":0,"mac":"00"}`
+	if _, err := e.b.Put(t.Context(), owner.NodeKey("evil"), []byte(body), bucket.None); err != nil {
+		t.Fatal(err)
+	}
+	e.fleetDaemon(t, "n1")
+	r := e.run(t, "drain", "evil", "--token", "the-operators-token")
+	if r.status != 2 || !strings.Contains(r.stderr, "does not verify") {
+		t.Fatalf("drain of a forged lease's node: exit %d, %q", r.status, r.stderr)
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("the forged lease's address got %d requests", n)
+	}
+	r = e.run(t, "nodes", "--json")
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var row nodeRow
+		if err := json.Unmarshal([]byte(line), &row); err != nil || row.Verified == nil || *row.Verified != (row.Node == "n1") {
+			t.Errorf("deed nodes --json: %s", line)
+		}
+	}
+	if r = e.run(t, "nodes"); !strings.Contains(r.stdout, "evil: unverified") {
+		t.Errorf("deed nodes: %q", r.stdout)
 	}
 }

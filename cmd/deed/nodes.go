@@ -37,6 +37,10 @@ type nodeRow struct {
 	Cells    int     `json:"cells"`
 	Draining bool    `json:"draining"`
 	Weight   float64 `json:"weight"`
+	// Verified, with --fleet-secret-file, says the lease verifies under the
+	// fleet secret: only then is the node a member (forwarded requests,
+	// handoffs, placement). Absent without the secret.
+	Verified *bool `json:"verified,omitempty"`
 	// Code and Error are set for a corrupt lease (DEED-E030).
 	Code  errcode.Code `json:"code,omitempty"`
 	Error string       `json:"error,omitempty"`
@@ -44,8 +48,9 @@ type nodeRow struct {
 
 func newNodesCmd(cfg *config) *cobra.Command {
 	var (
-		watch time.Duration
-		ttl   time.Duration
+		watch      time.Duration
+		ttl        time.Duration
+		secretFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "nodes",
@@ -72,10 +77,15 @@ as "corrupt" with its DEED-E030 error; it is judged by its ETag alone, with
 CELLS is how many cells the node held at its last renewal (at most TTL/3
 old), DRAINING says it is draining (deed drain: it hands its cells off and
 takes no new ones), WEIGHT is its placement share (--weight, 1 unless set).
+VERIFIED, with --fleet-secret-file, says whether the lease is signed with
+the fleet secret: a lease that is not ("NO") was written by someone without
+it; it is no member (no node sends it requests or cells), though it is
+still judged alive or dead for takeover. Without the secret it shows "?".
 
 With --json it prints one JSON object per line: {"node","addr","incarnation",
 "ttl_ms","state","alive","released","unchanged_ms","watched_ms","cells",
-"draining","weight"}, plus "code" and "error" for a corrupt lease.`,
+"draining","weight"}, plus "verified" with --fleet-secret-file and "code"
+and "error" for a corrupt lease.`,
 		Example: `  deed nodes
   deed nodes --watch 12s --json`,
 		Args: cobra.NoArgs,
@@ -88,11 +98,22 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 			if err := p.Validate(); err != nil {
 				return errcode.Wrap(err, "--ttl")
 			}
+			if !cmd.Flags().Changed("fleet-secret-file") {
+				secretFile = cfg.getenv(envFleetSecret)
+			}
+			var key []byte
+			if secretFile != "" {
+				secret, err := readFleetSecret(secretFile)
+				if err != nil {
+					return err
+				}
+				key = owner.LeaseKey(secret)
+			}
 			b, _, err := cfg.openBucket(ctx)
 			if err != nil {
 				return err
 			}
-			obs := owner.NewObserver(b, p)
+			obs := owner.NewObserver(b, p).VerifyWith(key)
 			start := time.Now()
 			if err := obs.Refresh(ctx); err != nil {
 				return errcode.Wrap(err, "nodes")
@@ -136,6 +157,9 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 				if v.Corrupt != "" {
 					r.Code, r.Error = errcode.CodeCorruptOwner, v.Corrupt
 				}
+				if key != nil {
+					r.Verified = &v.Verified
+				}
 				rows = append(rows, r)
 			}
 			if cfg.json {
@@ -145,8 +169,12 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 				return nil
 			}
 			tw := tabwriter.NewWriter(cfg.inv.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tSTATE\tADDR\tTTL\tUNCHANGED\tCELLS\tDRAINING\tWEIGHT")
+			fmt.Fprintln(tw, "NODE\tSTATE\tADDR\tTTL\tUNCHANGED\tCELLS\tDRAINING\tWEIGHT\tVERIFIED")
 			for _, r := range rows {
+				verified := "?" // no --fleet-secret-file: cannot tell
+				if r.Verified != nil {
+					verified = map[bool]string{true: "yes", false: "NO"}[*r.Verified]
+				}
 				addr := r.Addr
 				if addr == "" {
 					addr = "-"
@@ -155,9 +183,9 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 				if r.Draining {
 					draining = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%d\t%s\t%g\n", r.Node, r.State, addr,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%d\t%s\t%g\t%s\n", r.Node, r.State, addr,
 					time.Duration(r.TTLMS)*time.Millisecond, (time.Duration(r.UnchangedMS) * time.Millisecond).Round(time.Millisecond),
-					r.Cells, draining, r.Weight)
+					r.Cells, draining, r.Weight, verified)
 			}
 			if err := tw.Flush(); err != nil {
 				return errcode.Errorf(errcode.CodeUnavailable, "write: %w", err)
@@ -173,6 +201,11 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 					unknown, need = true, max(need, time.Duration(r.TTLMS)*time.Millisecond)
 				}
 			}
+			for _, r := range rows {
+				if r.Verified != nil && !*r.Verified {
+					fmt.Fprintf(cfg.inv.Stdout, "%s: unverified: its lease is not signed with this fleet secret, so it is no member (no node sends it requests or cells); it is still judged alive or dead for takeover\n", r.Node)
+				}
+			}
 			if unknown {
 				fmt.Fprintf(cfg.inv.Stdout, "(\"unknown\": not seen to change yet, may be dead; --watch %v or longer tells)\n", need+p.Margin)
 			}
@@ -182,6 +215,7 @@ With --json it prints one JSON object per line: {"node","addr","incarnation",
 	f := cmd.Flags()
 	f.DurationVar(&watch, "watch", 0, "watch the leases this long before judging (at least TTL+margin to tell dead from alive)")
 	f.DurationVar(&ttl, "ttl", owner.DefaultTTL, "least node TTL assumed when judging (a longer TTL advertised in a lease wins)")
+	registerLeaseSecret(cmd, &secretFile)
 	return cmd
 }
 
