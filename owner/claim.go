@@ -159,7 +159,7 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			}
 			newETag = got
 		}
-		l := n.mint(cell, rec, newETag)
+		l := n.mint(cell, rec, newETag, !cur.Exists)
 		if err := l.Err(); err != nil {
 			// The record names this node at rec.Epoch, but the node stopped
 			// acting before the claim landed; peers take the cell over once
@@ -228,8 +228,8 @@ func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, st
 // ended every lease it held, and peers may call it dead from then on: the
 // new lease is born ended, with the node's error, never added to the held
 // leases that nothing would end any more.
-func (n *Node) mint(cell string, rec Record, etag string) *Lease {
-	l := &Lease{cell: cell, epoch: rec.Epoch, nonce: rec.Nonce, etag: etag, rel: n, minted: true}
+func (n *Node) mint(cell string, rec Record, etag string, created bool) *Lease {
+	l := &Lease{cell: cell, epoch: rec.Epoch, nonce: rec.Nonce, etag: etag, rel: n, minted: true, created: created}
 	n.mu.Lock()
 	if ferr := n.ferr; ferr != nil {
 		n.mu.Unlock()

@@ -168,7 +168,7 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 		n.hints.unknownWas(false)
 	}
 	n.mu.Unlock()
-	l = n.mint(cell, rec, newETag)
+	l = n.mint(cell, rec, newETag, d.Action == Create)
 	if err := l.Err(); err != nil {
 		return nil, d.Reason, errcode.Wrap(err, "claim %s", cell), true
 	}

@@ -40,6 +40,9 @@ type Lease struct {
 	// minted is set by the claim that made the lease; a zero Lease is
 	// invalid.
 	minted bool
+	// created is set when the claim created own.json (If-None-Match):
+	// no epoch of the cell came before this one.
+	created bool
 	// ended is set once the lease has ended and its node forgot it: from
 	// then on Done is closed.
 	ended bool
@@ -58,6 +61,12 @@ func (l *Lease) Node() string {
 	}
 	return l.rel.cfg.Name
 }
+
+// Created reports whether the claim that made the lease created the cell's
+// ownership record (a create-only PUT that succeeded): the lease is epoch 1
+// and no claim of the cell came before it, so its log has no predecessor
+// to fence (see replication.Open).
+func (l *Lease) Created() bool { return l != nil && l.minted && l.created }
 
 // Token is the claim's nonce: unique per claim, so it identifies the writer
 // incarnation (two claims of one epoch are impossible, but a restarted node

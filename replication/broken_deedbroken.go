@@ -40,7 +40,13 @@ var (
 	brokenForgetKeys           bool
 	brokenReplayPos            bool
 	brokenStaleMatch           bool
+	brokenNoImplicitEpoch1     bool
 )
+
+// SetBrokenNoImplicitEpoch1 makes listings count epoch 1 announced only
+// by its marker or files, while epoch 1 still writes without announcing
+// (broken.go).
+func SetBrokenNoImplicitEpoch1(on bool) (restore func()) { return set(&brokenNoImplicitEpoch1, on) }
 
 // SetBrokenForgetKeys makes a new owner skip learning its predecessors'
 // idempotency keys (broken.go).
