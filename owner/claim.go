@@ -105,6 +105,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			if cur.DataEpoch, err = newestDataEpoch(ctx, n.b, cell); err != nil {
 				return nil, "", errcode.Wrap(err, "claim %s", cell)
 			}
+			// Epoch 1 writes without an announcement (its claim created
+			// own.json, see replication.Open), so a log that shows no
+			// epoch may still have a live epoch 1: never claim it again.
+			cur.DataEpoch = max(cur.DataEpoch, 1)
 		}
 		if brokenWallClockDeath {
 			owner = judgeByWallClock(owner, now, n.cfg.WallClock())
