@@ -111,6 +111,10 @@ const (
 	// but listings count it announced only by its marker or files, so a
 	// successor's walk does not tombstone its first slot.
 	brokenNoImplicitEpoch1 = false
+
+	// brokenTrustEnd: the next epoch starts at the chain end a release
+	// recorded in own.json without checking the seal there.
+	brokenTrustEnd = false
 )
 
 // brokenOnly is the panic of the functions below in a release build, where

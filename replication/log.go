@@ -161,7 +161,8 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 		// later one may follow this log's own records or seal.
 		h = Head{Next: 1, NextPos: 1}
 	} else {
-		h, err = l.fence(ctx)
+		prev, ok := lease.TakePrevEnd()
+		h, err = l.fence(ctx, prev, ok)
 	}
 	if err != nil {
 		forget(l)
