@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -180,8 +181,13 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	// One log line per store outage, not one per failed request.
 	health := &storeHealth{log: log}
 	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
-	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1),
-		peers: newPeerVerifier(cfg.FleetSecret, cfg.Node)}
+	peers := cfg.API.peers
+	if peers == nil || cfg.FleetSecret == "" || peers.self != cfg.Node || !bytes.Equal(peers.key, derivePeerKey(cfg.FleetSecret)) {
+		// Not the starting handler's verifier (WithFleetSecret): one of its own.
+		peers = newPeerVerifier(cfg.FleetSecret, cfg.Node)
+	}
+	cfg.API.peers = nil // handler sets it
+	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1), peers: peers}
 	d.b = instrumented{b: b, m: m, h: health}
 	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit),
 		replication.WithIdempotencyWindow(cfg.KeyWindow, cfg.KeyLimit))

@@ -421,3 +421,30 @@ func TestHolderHintSparesRefusedClaims(t *testing.T) {
 		t.Fatalf("a tried %s claims of the cell b holds, want 1", v)
 	}
 }
+
+// A node that is starting (its old lease still live to its peers) proves
+// its refusal of a peer's forward: the forwarder relays "not applied,
+// retry" instead of a 401 it cannot believe (an append's "unknown"), and
+// counts no refused or unverified forward.
+func TestStartingNodeAuthenticatesPeers(t *testing.T) {
+	m := fakes3.NewMem()
+	starting := httptest.NewServer(StartingHandler(APIConfig{Node: "b"}.WithFleetSecret(testSecret)))
+	defer starting.Close()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	b := startFleetNode(t, m.Client("b"), "b", testSecret, starting.URL, APIConfig{})
+	hold(t, b, "c", "one")
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/v1/cells/c/append", "two"},
+		{"GET", "/v1/cells/c/records?barrier=true", ""},
+	} {
+		got := send(t, req.method, a.srv.URL+req.path, req.body)
+		if got.status != 503 || got.code() != string(errcode.CodeUnavailable) || got.body["applied"] != "no" || got.hdr.Get(HeaderNode) != "b" {
+			t.Fatalf("%s %s through a to starting b: %+v", req.method, req.path, got)
+		}
+	}
+	for _, result := range []string{"refused", "unverified"} {
+		if v := metricValue(t, a.d, `deed_forwarded_total{result="`+result+`"}`); v != "0" {
+			t.Errorf("%s forwards: %s, want 0", result, v)
+		}
+	}
+}

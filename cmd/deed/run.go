@@ -214,7 +214,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if rf.advertise == "" {
 		rf.advertise = scheme + rf.listen
 	}
-	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, Node: cfg.node}
+	// The fleet secret from the first answer: a peer forwarding to this
+	// node while it starts gets a proved "not applied, retry", not a 401.
+	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, Node: cfg.node}.WithFleetSecret(rf.fleetSecret)
 	// Requests get a context the drain cancels: http.Server.Shutdown waits
 	// for handlers but never cancels them, and an append retrying its slot
 	// through an outage would hold the whole drain budget.
