@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,12 +83,25 @@ type routeIn struct {
 	// Holder is the live node a claim here was refused for (DEED-E020),
 	// or the node a cell was handed to; empty before anything was tried.
 	Holder member
+	// Unable says why this node cannot serve a cell it does not hold
+	// ("fenced", "draining"); empty when it can.
+	Unable string
+	// Alt is the preferred member but this node, From and Unreachable,
+	// where a node that is Unable sends the request.
+	Alt    member
+	HasAlt bool
+	// Unreachable is a peer a forward of this request could not reach
+	// (nothing sent); neither the hint nor Preferred names it.
+	Unreachable string
 }
 
 // routeVerdict is the rule's answer.
 type routeVerdict struct {
 	Action routeAction
 	To     member
+	// Because is routeIn.Unable when this node forwards what it cannot
+	// serve (counted in deed_forwarded_unable_total).
+	Because string
 }
 
 // decideRoute is the routing rule, pure so that it can be tested whole.
@@ -106,13 +120,36 @@ type routeVerdict struct {
 // would be the request's second forward already, or go back to the node
 // that sent it, or to this node, or to no known address; then the refusal
 // is the answer.
+//
+// A node that cannot serve a cell it does not hold (fenced, draining: it
+// would only refuse) sends the request on instead, within the same bound,
+// never back and never to itself: a client's to the hint or Alt, a
+// peer's to Alt while a hop is left. Only when there is none does it
+// serve (refuse) it.
 func decideRoute(in routeIn) routeVerdict {
+	hint := in.Hint.Name != "" && in.Hint.Name != in.Self && in.Hint.Addr != "" && in.Hint.Name != in.Unreachable
 	if in.Holder.Name == "" {
-		if !in.Fleet || in.Held || in.Hops > 0 {
+		if !in.Fleet || in.Held {
 			return routeVerdict{Action: routeServe}
 		}
-		if in.Hint.Name != "" && in.Hint.Name != in.Self && in.Hint.Addr != "" {
+		if in.Unable != "" {
+			if in.Hops == 0 && hint {
+				return routeVerdict{Action: routeForward, To: in.Hint, Because: in.Unable}
+			}
+			if in.Hops < maxHops && in.HasAlt && in.Alt.Addr != "" && in.Alt.Name != in.Self &&
+				in.Alt.Name != in.From && in.Alt.Name != in.Unreachable {
+				return routeVerdict{Action: routeForward, To: in.Alt, Because: in.Unable}
+			}
+			return routeVerdict{Action: routeServe}
+		}
+		if in.Hops > 0 {
+			return routeVerdict{Action: routeServe}
+		}
+		if hint {
 			return routeVerdict{Action: routeForward, To: in.Hint}
+		}
+		if in.Preferred.Name == in.Unreachable && in.Unreachable != "" {
+			return routeVerdict{Action: routeServe}
 		}
 		if !in.HasPreferred ||
 			in.Preferred.Name == in.Self || in.Preferred.Addr == "" {
@@ -136,8 +173,22 @@ func (d *Daemon) routeInput(r *http.Request, name string) routeIn {
 	if !in.Fleet {
 		return in
 	}
-	if in.Held = d.held(name) != nil; !in.Held && in.Hops == 0 {
-		members := d.members()
+	if in.Held = d.held(name) != nil; in.Held {
+		return in
+	}
+	switch {
+	case d.ho.draining.Load():
+		in.Unable = "draining"
+	case d.fencedNow():
+		in.Unable = "fenced"
+	}
+	members := d.routeMembers()
+	if in.Unable != "" {
+		in.Alt, in.HasAlt = preferred(name, slices.DeleteFunc(slices.Clone(members), func(m member) bool {
+			return m.Name == in.Self || m.Name == in.From
+		}))
+	}
+	if in.Hops == 0 {
 		in.Preferred, in.HasPreferred = preferred(name, members)
 		if h, ok := d.hints.get(name, time.Now()); ok {
 			// Only a live member is worth a hop; its address from the view.
@@ -167,12 +218,39 @@ func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool
 		// told yet (which would send it back here).
 		return false
 	}
-	v := decideRoute(d.routeInput(r, name))
-	if v.Action != routeForward {
-		return false
+	in := d.routeInput(r, name)
+	for {
+		v := decideRoute(in)
+		if v.Action != routeForward {
+			return false
+		}
+		if v.Because != "" {
+			d.m.forwardsUnable.WithLabelValues(v.Because).Inc()
+			d.unable.add(v.Because)
+		}
+		err := d.tryForward(w, r, v.To, body)
+		if err == nil {
+			return true
+		}
+		if in.Unreachable != "" || r.Context().Err() != nil {
+			d.forwardFailed(w, r, v.To, false, false, err)
+			return true
+		}
+		// Nothing was sent (the peer's port refused the dial: it stopped
+		// or is restarting, its lease not yet seen gone): the next route
+		// over the members but that one, once; or this node serves it.
+		in.Unreachable = v.To.Name
+		d.forwardFailedSilently(r, v.To)
+		in.Alt, in.HasAlt = preferred(name, slices.DeleteFunc(d.routeMembers(), func(m member) bool {
+			return m.Name == in.Self || m.Name == in.From || m.Name == v.To.Name
+		}))
+		if in.Unable == "" && in.Hops == 0 {
+			in.Preferred, in.HasPreferred = in.Alt, in.HasAlt
+			if !in.HasAlt {
+				in.Preferred, in.HasPreferred = member{Name: in.Self}, true // serve here
+			}
+		}
 	}
-	d.forward(w, r, v.To, body)
-	return true
 }
 
 // reroute forwards a request whose claim here was refused because a live
@@ -198,6 +276,19 @@ func (d *Daemon) reroute(w http.ResponseWriter, r *http.Request, body []byte, er
 	}
 	d.forward(w, r, v.To, body)
 	return true
+}
+
+// unableCounts count the requests forwarded because this node could not
+// serve them (routeVerdict.Because), for the status page.
+type unableCounts struct{ fenced, draining atomic.Uint64 }
+
+func (u *unableCounts) add(why string) {
+	switch why {
+	case "fenced":
+		u.fenced.Add(1)
+	case "draining":
+		u.draining.Add(1)
+	}
 }
 
 // holderHints remembers, per cell, the peer that served this node's last
@@ -345,6 +436,15 @@ func (d *Daemon) peerClient() *http.Client {
 // sent without an answer is, for an append, DEED-E012 (applied unknown:
 // the owner may have written it), for a read DEED-E013.
 func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body []byte) {
+	if err := d.tryForward(w, r, to, body); err != nil {
+		d.forwardFailed(w, r, to, false, false, err)
+	}
+}
+
+// tryForward is forward but for a request that could not be sent at all
+// (nothing reached the peer, nothing was written to w): it returns why,
+// and the caller may try another node.
+func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, body []byte) error {
 	hops := 1
 	if p, ok := peerOf(r.Context()); ok {
 		hops = p.hops + 1
@@ -366,13 +466,11 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		// Only ever to a verified member at the address its lease
 		// advertises; routing chose from those, so this is a view that
 		// changed under it.
-		d.forwardFailed(w, r, to, write, false, errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr))
-		return
+		return errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr)
 	}
 	pr, err := d.newPeerRequest(ctx, to.Name, to.Addr, r.Method, path, body)
 	if err != nil {
-		d.forwardFailed(w, r, to, write, false, err)
-		return
+		return err
 	}
 	pr.req.Header.Set(headerHops, strconv.Itoa(hops))
 	if ct := r.Header.Get("Content-Type"); ct != "" {
@@ -383,14 +481,17 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	}
 	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
-		d.forwardFailed(w, r, to, write, sent.Load(), err)
-		return
+		if !sent.Load() {
+			return err
+		}
+		d.forwardFailed(w, r, to, write, true, err)
+		return nil
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, true, err)
-		return
+		return nil
 	}
 	if !answerVerified(d.peers.key, nonce, resp, raw) {
 		// Not proved by a holder of the fleet secret: not relayed, and
@@ -400,14 +501,14 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		// vouch for.
 		d.m.forwards.WithLabelValues("unverified").Inc()
 		d.forwardFailed(w, r, to, write, true, errcode.Errorf(errcode.CodePeer, "its answer (%s) carries no valid peer proof: not believed", resp.Status))
-		return
+		return nil
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		// A member's proved 401: its guard refused the proof before any
 		// handler ran (clock skew beyond the window, or a replay).
 		d.m.forwards.WithLabelValues("refused").Inc()
 		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
-		return
+		return nil
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()
 	if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
@@ -427,6 +528,14 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	h.Add(headerForwardedBy, d.cfg.Node)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(raw)
+	return nil
+}
+
+// forwardFailedSilently counts a forward that reached nothing, which the
+// caller sends elsewhere instead of answering it.
+func (d *Daemon) forwardFailedSilently(r *http.Request, to member) {
+	d.hints.drop(r.PathValue("cell"))
+	d.m.forwards.WithLabelValues("unreachable").Inc()
 }
 
 // forwardFailed answers a forward that got no answer: sent says the
