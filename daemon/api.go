@@ -623,6 +623,12 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr
 	}
+	var moved *MovedError
+	if errors.As(err, &moved) {
+		// The sender may be the node the cell went to (the loop rule kept
+		// this node from forwarding back): it serves the request itself.
+		w.Header().Set(headerMovedTo, moved.Node)
+	}
 	var mm *replication.MismatchError
 	if errors.As(err, &mm) {
 		next := uint64(mm.NextPos)

@@ -765,3 +765,35 @@ func TestHandoffPushNeedsTheFleetSecret(t *testing.T) {
 		t.Fatal("a refused push wrote an ownership record")
 	}
 }
+
+// A request sent through the node a cell was just moved to, which that
+// node forwarded to the old holder (its hint), is served by the target:
+// the old holder may not forward it back (the loop rule) and names the
+// target in its refusal, and the target serves it itself instead of
+// relaying "moved to" it.
+func TestRequestThroughMoveTargetIsServed(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	b := startFleetNode(t, m.Client("b"), "b", testSecret, "", APIConfig{})
+	for _, n := range []*fleetNode{a, b} {
+		if err := n.d.node.Observer().Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b has just handed cell c to a (its push answered); a still has b as
+	// the cell's last server.
+	to, ok := b.d.trustedPeer("a")
+	if !ok {
+		t.Fatal("b does not see a")
+	}
+	pushed := make(chan struct{})
+	close(pushed)
+	b.d.ho.mu.Lock()
+	b.d.ho.moved = map[string]movedTo{"c": {to: to, at: time.Now(), pushed: pushed}}
+	b.d.ho.mu.Unlock()
+	a.d.hints.set("c", "b", time.Now().Add(time.Minute))
+	got := send(t, "POST", a.srv.URL+"/v1/cells/c/append", "x")
+	if got.status != 200 || got.hdr.Get(HeaderNode) != "a" {
+		t.Fatalf("append through the move's target: %+v", got)
+	}
+}

@@ -31,6 +31,13 @@ const (
 	// headerForwardedBy names each node that relayed an answer, nearest
 	// the client last; Deed-Node stays the node that served it.
 	headerForwardedBy = "Deed-Forwarded-By"
+	// headerMovedTo names, on a refusal (a *MovedError: nothing written),
+	// the node the cell was just handed to. A forwarder that is that node
+	// serves the request itself rather than relay the refusal: the old
+	// holder waited for the handoff to land (movedAway) and may not send
+	// the request back (the loop rule). Not covered by the answer's proof:
+	// it can only make a node serve a request itself, which any node may.
+	headerMovedTo = "Deed-Moved-To"
 	// maxHops bounds the forwards of one request: a client's node may
 	// send it to the preferred node, which may send it once more to the
 	// live holder its claim was refused for. Never further, so a request
@@ -228,9 +235,12 @@ func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool
 			d.m.forwardsUnable.WithLabelValues(v.Because).Inc()
 			d.unable.add(v.Because)
 		}
-		err := d.tryForward(w, r, v.To, body)
+		err := d.tryForward(w, r, v.To, body, true)
 		if err == nil {
 			return true
+		}
+		if errors.Is(err, errMovedHere) {
+			return false // the cell was handed to this node: served here
 		}
 		if in.Unreachable != "" || r.Context().Err() != nil {
 			d.forwardFailed(w, r, v.To, false, false, err)
@@ -436,15 +446,20 @@ func (d *Daemon) peerClient() *http.Client {
 // sent without an answer is, for an append, DEED-E012 (applied unknown:
 // the owner may have written it), for a read DEED-E013.
 func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body []byte) {
-	if err := d.tryForward(w, r, to, body); err != nil {
+	if err := d.tryForward(w, r, to, body, false); err != nil {
 		d.forwardFailed(w, r, to, false, false, err)
 	}
 }
 
+// errMovedHere is tryForward's answer when the peer refused the request
+// because it just handed the cell to this node (headerMovedTo).
+var errMovedHere = errors.New("the cell was handed to this node")
+
 // tryForward is forward but for a request that could not be sent at all
 // (nothing reached the peer, nothing was written to w): it returns why,
-// and the caller may try another node.
-func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, body []byte) error {
+// and the caller may try another node. With mayServe, a refusal naming
+// this node as the cell's new home is not relayed: errMovedHere.
+func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, body []byte, mayServe bool) error {
 	hops := 1
 	if p, ok := peerOf(r.Context()); ok {
 		hops = p.hops + 1
@@ -511,6 +526,10 @@ func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, b
 		return nil
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()
+	if mayServe && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(headerMovedTo) == d.cfg.Node {
+		d.hints.drop(r.PathValue("cell"))
+		return errMovedHere
+	}
 	if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
 		d.hints.set(r.PathValue("cell"), served, time.Now().Add(d.cfg.TTL))
 	}
