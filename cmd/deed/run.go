@@ -273,11 +273,22 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	case err := <-serveErr:
 		runErr = errcode.Errorf(errcode.CodeUnavailable, "serve %s: %w", rf.listen, err)
 	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rf.drainTimeout)
+	defer cancel()
+	if runErr == nil {
+		// A planned stop (SIGTERM, Ctrl-C) leaves as `deed drain` does:
+		// cells handed off and peers routing elsewhere while the API still
+		// answers, within half the drain budget, before the listener
+		// closes. A fence or a dead listener stops at once.
+		lctx, lcancel := context.WithTimeout(dctx, rf.drainTimeout/2)
+		if err := d.Leave(lctx); err != nil {
+			cfg.log.Warn("leaving the fleet: not every cell was handed off; the rest is released", "err", err)
+		}
+		lcancel()
+	}
 	// A quarter of the drain budget lets requests in flight finish; then
 	// they are cancelled, and sealing and releasing the cells gets the rest
 	// to itself.
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rf.drainTimeout)
-	defer cancel()
 	sctx, scancel := context.WithTimeout(dctx, rf.drainTimeout/4)
 	_ = srv.Shutdown(sctx)
 	scancel()
