@@ -163,45 +163,53 @@ type instrumented struct {
 	h *storeHealth
 }
 
-func (i instrumented) observe(op string, start time.Time, err error) {
+func (i instrumented) observe(ctx context.Context, op string, start time.Time, err error) {
 	i.m.s3Requests.WithLabelValues(op, outcome(err)).Inc()
 	i.m.s3Latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	if i.h != nil {
-		i.h.observe(op, err)
+	if i.h == nil {
+		return
 	}
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		// The caller gave up (a client gone, a request cut short by
+		// the drain): that says nothing about the store. A deadline
+		// is another matter: a store that hangs shows as one.
+		i.h.log.Debug("store request cancelled by its caller", "op", op, "err", err)
+		return
+	}
+	i.h.observe(op, err)
 }
 
 func (i instrumented) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	start := time.Now()
 	o, err := i.b.Get(ctx, key, max)
-	i.observe("get", start, err)
+	i.observe(ctx, "get", start, err)
 	return o, err
 }
 
 func (i instrumented) Head(ctx context.Context, key string) (bucket.Info, error) {
 	start := time.Now()
 	o, err := i.b.Head(ctx, key)
-	i.observe("head", start, err)
+	i.observe(ctx, "head", start, err)
 	return o, err
 }
 
 func (i instrumented) Put(ctx context.Context, key string, body []byte, c bucket.Condition) (string, error) {
 	start := time.Now()
 	etag, err := i.b.Put(ctx, key, body, c)
-	i.observe("put", start, err)
+	i.observe(ctx, "put", start, err)
 	return etag, err
 }
 
 func (i instrumented) Delete(ctx context.Context, key string, c bucket.Condition) error {
 	start := time.Now()
 	err := i.b.Delete(ctx, key, c)
-	i.observe("delete", start, err)
+	i.observe(ctx, "delete", start, err)
 	return err
 }
 
 func (i instrumented) List(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
 	start := time.Now()
 	p, err := i.b.List(ctx, in)
-	i.observe("list", start, err)
+	i.observe(ctx, "list", start, err)
 	return p, err
 }
