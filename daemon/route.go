@@ -551,10 +551,10 @@ func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, b
 }
 
 // forwardFailedSilently counts a forward that reached nothing, which the
-// caller sends elsewhere instead of answering it.
+// caller routes once more instead of answering it ("rerouted").
 func (d *Daemon) forwardFailedSilently(r *http.Request, to member) {
 	d.hints.drop(r.PathValue("cell"))
-	d.m.forwards.WithLabelValues("unreachable").Inc()
+	d.m.forwards.WithLabelValues("rerouted").Inc()
 }
 
 // forwardFailed answers a forward that got no answer: sent says the
