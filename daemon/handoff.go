@@ -579,11 +579,11 @@ func (d *Daemon) setDraining(on bool) {
 // routing to it — its next renewal carries "draining" (within TTL/3) and
 // their next LIST sees it (within TTL/3 more) — while it still serves and
 // forwards. Then Close (after the API stops taking connections) releases
-// what is left. Bounded by ctx; without a fleet, or when ctx ends first,
-// it returns at once (what was not handed off is released by Close).
+// what is left. Bounded by ctx; without a fleet or a live peer it returns
+// at once (what was not handed off is released by Close).
 func (d *Daemon) Leave(ctx context.Context) error {
-	if d.cfg.FleetSecret == "" || !d.ready() {
-		return nil
+	if d.cfg.FleetSecret == "" || !d.ready() || len(d.others()) == 0 {
+		return nil // no peer routes to this node, none could take a cell
 	}
 	start := time.Now()
 	d.setDraining(true)

@@ -797,3 +797,39 @@ func TestRequestThroughMoveTargetIsServed(t *testing.T) {
 		t.Fatalf("append through the move's target: %+v", got)
 	}
 }
+
+// Leave waits for peers to route elsewhere (2·TTL/3 at least) only when
+// there are peers: a node alone leaves at once, and one with a peer hands
+// its cells to it before it returns.
+func TestLeave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		const ttl = 3 * time.Second
+		open := func(node string) *Daemon {
+			d, err := Open(t.Context(), Config{Node: node, Advertise: "http://" + node + ".invalid", TTL: ttl, FleetSecret: testSecret, MoveRate: -1},
+				m.Client(node), slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { closeOK(t, d) })
+			return d
+		}
+		a := open("a")
+		start := time.Now()
+		if err := a.Leave(t.Context()); err != nil || time.Since(start) != 0 {
+			t.Fatalf("leave of a node alone: %v after %v, want at once", err, time.Since(start))
+		}
+		a.setDraining(false)
+		b := open("b")
+		time.Sleep(ttl) // each sees the other
+		if _, err := a.acquire(t.Context(), "c", false); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		err := a.Leave(t.Context())
+		if took := time.Since(start); err != nil || took < 2*ttl/3 || a.countLive() != 0 {
+			t.Fatalf("leave with a peer: %v after %v, %d cells left; want every cell handed off, ≥ %v", err, took, a.countLive(), 2*ttl/3)
+		}
+		_ = b
+	})
+}
