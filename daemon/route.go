@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -38,6 +39,10 @@ const (
 	// the request back (the loop rule). Not covered by the answer's proof:
 	// it can only make a node serve a request itself, which any node may.
 	headerMovedTo = "Deed-Moved-To"
+	// headerStarting marks the refusal of a node that is starting
+	// (StartingHandler): nothing was done, and a forwarder routes the
+	// request once more without that node, as if its dial had failed.
+	headerStarting = "Deed-Starting"
 	// maxHops bounds the forwards of one request: a client's node may
 	// send it to the preferred node, which may send it once more to the
 	// live holder its claim was refused for. Never further, so a request
@@ -525,6 +530,12 @@ func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, b
 		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
 		return nil
 	}
+	if mayServe && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(headerStarting) != "" && appliedNo(raw) {
+		// Proved, and applied "no" in its proved body: the header (not
+		// covered by the proof) can only make a request that was not
+		// applied go elsewhere.
+		return errcode.Errorf(errcode.CodeUnavailable, "node %s at %s is starting", to.Name, to.Addr)
+	}
 	d.m.forwards.WithLabelValues("ok").Inc()
 	if mayServe && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(headerMovedTo) == d.cfg.Node {
 		d.hints.drop(r.PathValue("cell"))
@@ -548,6 +559,14 @@ func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, b
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(raw)
 	return nil
+}
+
+// appliedNo reports whether an error answer's body says applied "no".
+func appliedNo(raw []byte) bool {
+	var b struct {
+		Applied string `json:"applied"`
+	}
+	return json.Unmarshal(raw, &b) == nil && b.Applied == "no"
 }
 
 // forwardFailedSilently counts a forward that reached nothing, which the

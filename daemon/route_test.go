@@ -576,3 +576,27 @@ func TestForwardToAStoppedMemberIsRoutedAgain(t *testing.T) {
 		t.Errorf("rerouted forwards: %s, want 1", v)
 	}
 }
+
+// A peer that answers it is starting (its old lease still live) did
+// nothing: the request is routed once more without it, here a free cell
+// placed on it is served by the asked node.
+func TestStartingPeerIsRoutedAround(t *testing.T) {
+	m := fakes3.NewMem()
+	starting := httptest.NewServer(StartingHandler(APIConfig{Node: "b"}.WithFleetSecret(testSecret)))
+	defer starting.Close()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	startFleetNode(t, m.Client("b"), "b", testSecret, starting.URL, APIConfig{})
+	if err := a.d.node.Observer().Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cell := ""
+	for i := 0; cell == ""; i++ {
+		if p, _ := preferred(fmt.Sprint("s", i), a.d.members()); p.Name == "b" {
+			cell = fmt.Sprint("s", i)
+		}
+	}
+	got := send(t, "POST", a.srv.URL+"/v1/cells/"+cell+"/append", "x")
+	if got.status != 200 || got.hdr.Get(HeaderNode) != "a" {
+		t.Fatalf("append of %s (placed on starting b) through a: %+v", cell, got)
+	}
+}

@@ -117,6 +117,7 @@ func StartingHandler(cfg APIConfig) http.Handler {
 		writeError(w, errcode.Errorf(errcode.CodeNodeFenced, "not ready: starting (store probe, node lease)"))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(headerStarting, "true") // a peer may route the request elsewhere
 		writeError(w, errcode.Errorf(errcode.CodeUnavailable, "the daemon is starting (store probe, node lease); retry"))
 	})
 	return guard(cfg, mux)
