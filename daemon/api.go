@@ -50,6 +50,20 @@ type APIConfig struct {
 	peers *peerVerifier
 }
 
+// WithFleetSecret is c able to check peer proofs made with the fleet
+// secret, for StartingHandler: a node that is starting answers its peers'
+// forwarded requests with a proved refusal (applied "no", retry) rather
+// than a 401 its peers cannot tell from a stranger's. Give the daemon the
+// same APIConfig (Config.API) and it keeps the same replay cache, so that
+// a peer request the starting node refused cannot be replayed to it once
+// it is up. Set Node first.
+func (c APIConfig) WithFleetSecret(secret string) APIConfig {
+	if secret != "" {
+		c.peers = newPeerVerifier(secret, c.Node)
+	}
+	return c
+}
+
 // Handler is the daemon's HTTP API, bounded and guarded by Config.API:
 // /healthz, /readyz, /metrics, /v1/cells/..., and the status page (/ and
 // /v1/status).
@@ -608,6 +622,12 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 	var held *owner.HeldError
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr
+	}
+	var moved *MovedError
+	if errors.As(err, &moved) {
+		// The sender may be the node the cell went to (the loop rule kept
+		// this node from forwarding back): it serves the request itself.
+		w.Header().Set(headerMovedTo, moved.Node)
 	}
 	var mm *replication.MismatchError
 	if errors.As(err, &mm) {

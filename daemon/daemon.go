@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,11 +87,16 @@ type Daemon struct {
 	node   *owner.Node // nil while fenced and not yet re-opened
 	cells  map[string]*cell
 	closed bool
+	// fencedObs is, while fenced, the fenced incarnation's observer, kept
+	// fresh (refreshFenced) so that the node routes what it cannot serve
+	// to its live peers instead of refusing it; nil otherwise.
+	fencedObs *owner.Observer
 
 	events eventRing // recent takeovers, fences, moves: the status page's
 	ho     handoffs  // moves, pins and the drain (handoff.go)
 
-	hints holderHints // which peer served a cell lately, for routing
+	hints  holderHints  // which peer served a cell lately, for routing
+	unable unableCounts // requests forwarded because this node could not serve them
 
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
@@ -180,8 +186,13 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	// One log line per store outage, not one per failed request.
 	health := &storeHealth{log: log}
 	log = slog.New(storeLogHandler{inner: log.Handler(), h: health})
-	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1),
-		peers: newPeerVerifier(cfg.FleetSecret, cfg.Node)}
+	peers := cfg.API.peers
+	if peers == nil || cfg.FleetSecret == "" || peers.self != cfg.Node || !bytes.Equal(peers.key, derivePeerKey(cfg.FleetSecret)) {
+		// Not the starting handler's verifier (WithFleetSecret): one of its own.
+		peers = newPeerVerifier(cfg.FleetSecret, cfg.Node)
+	}
+	cfg.API.peers = nil // handler sets it
+	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1), peers: peers}
 	d.b = instrumented{b: b, m: m, h: health}
 	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit),
 		replication.WithIdempotencyWindow(cfg.KeyWindow, cfg.KeyLimit))
@@ -247,6 +258,7 @@ func (d *Daemon) watchNode(ctx context.Context, n *owner.Node) {
 			return
 		}
 		d.node = nil
+		d.fencedObs = n.Observer()
 		dropped := d.cells
 		d.cells = map[string]*cell{}
 		d.mu.Unlock()
@@ -264,14 +276,18 @@ func (d *Daemon) watchNode(ctx context.Context, n *owner.Node) {
 			d.fenced <- n.Err()
 			return
 		}
+		fctx, stopRefresh := context.WithCancel(ctx)
+		d.wg.Add(1)
+		go d.refreshFenced(fctx, n.Observer())
 		for {
 			nn, err := d.newNode()
 			if err == nil {
 				err = nn.Open(ctx)
 			}
 			if err == nil {
+				stopRefresh()
 				d.mu.Lock()
-				d.node = nn
+				d.node, d.fencedObs = nn, nil
 				d.mu.Unlock()
 				d.m.nodeLeaseHeld.Set(1)
 				d.log.Info("node lease regained", "incarnation", nn.Incarnation())
@@ -279,12 +295,33 @@ func (d *Daemon) watchNode(ctx context.Context, n *owner.Node) {
 				break
 			}
 			if ctx.Err() != nil {
+				stopRefresh()
 				return
 			}
 			d.log.Warn("regaining node lease failed; retrying", "err", err)
 			if wait.Sleep(ctx, d.cfg.TTL/3) != nil {
+				stopRefresh()
 				return
 			}
+		}
+	}
+}
+
+// refreshFenced lists the node leases into a fenced incarnation's
+// observer every TTL/3 (TTL/30 after a failed LIST) until ctx ends (the node lease is regained): its
+// view stays as fresh as a live node's, for routing only (routeView).
+func (d *Daemon) refreshFenced(ctx context.Context, o *owner.Observer) {
+	defer d.wg.Done()
+	for {
+		// At once first: the fence may have followed a spell of failed
+		// LISTs. A failed one (the view ages into "dead") is tried again
+		// soon: the store may be back any moment.
+		every := d.cfg.TTL / 3
+		if o.Refresh(ctx) != nil {
+			every = d.cfg.TTL / 30
+		}
+		if wait.Sleep(ctx, every) != nil {
+			return
 		}
 	}
 }
@@ -304,6 +341,14 @@ func (d *Daemon) currentNode() (*owner.Node, error) {
 		return nil, errcode.Errorf(errcode.CodeNodeFenced, "node %s is fenced and regaining its node lease", d.cfg.Node)
 	}
 	return d.node, nil
+}
+
+// fencedNow reports whether the node is fenced (its lease lost, not yet
+// regained) and not closed.
+func (d *Daemon) fencedNow() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.node == nil && !d.closed
 }
 
 // ready reports whether the node lease is held.

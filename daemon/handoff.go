@@ -552,20 +552,64 @@ func (d *Daemon) moveCell(w http.ResponseWriter, r *http.Request) {
 // it out of placement from its next renewal on (within TTL/3).
 func (d *Daemon) drainNode(on bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if d.ho.draining.Swap(on) != on {
-			detail := "off"
-			if on {
-				detail = "on"
-			}
-			d.events.add(Event{Kind: "drain", Node: d.cfg.Node, Detail: detail})
-			d.log.Info("drain", "on", on)
-		}
-		if n, err := d.currentNode(); err == nil {
-			n.SetDraining(on)
-		}
-		d.kickRebalancer()
+		d.setDraining(on)
 		writeJSONStatus(w, http.StatusOK, client.NodeState{Node: d.cfg.Node, Draining: on, Cells: d.countLive()})
 	}
+}
+
+// setDraining turns the drain on or off (drainNode, Leave).
+func (d *Daemon) setDraining(on bool) {
+	if d.ho.draining.Swap(on) != on {
+		detail := "off"
+		if on {
+			detail = "on"
+		}
+		d.events.add(Event{Kind: "drain", Node: d.cfg.Node, Detail: detail})
+		d.log.Info("drain", "on", on)
+	}
+	if n, err := d.currentNode(); err == nil {
+		n.SetDraining(on)
+	}
+	d.kickRebalancer()
+}
+
+// Leave makes a planned stop invisible to clients, as `deed drain` does:
+// with the fleet on, the node says draining in its lease, hands every cell
+// off to its preferred peer, and waits until its peers can have stopped
+// routing to it — its next renewal carries "draining" (within TTL/3) and
+// their next LIST sees it (within TTL/3 more) — while it still serves and
+// forwards. Then Close (after the API stops taking connections) releases
+// what is left. Bounded by ctx; without a fleet or a live peer it returns
+// at once (what was not handed off is released by Close).
+func (d *Daemon) Leave(ctx context.Context) error {
+	if d.cfg.FleetSecret == "" || !d.ready() || len(d.others()) == 0 {
+		return nil // no peer routes to this node, none could take a cell
+	}
+	start := time.Now()
+	d.setDraining(true)
+	seen := start.Add(2 * d.cfg.TTL / 3)
+	for {
+		// No peer to take the cells: nothing to wait for but the lease.
+		handed := d.countLive() == 0 || len(d.others()) == 0
+		if handed && !d.movesInFlight() && !time.Now().Before(seen) {
+			return nil
+		}
+		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return errcode.Errorf(errcode.CodeUnavailable, "leave: %d cells not handed off within the bound: %w", d.countLive(), err)
+		}
+	}
+}
+
+// movesInFlight reports whether any handoff from this node is under way.
+func (d *Daemon) movesInFlight() bool {
+	d.ho.mu.Lock()
+	defer d.ho.mu.Unlock()
+	for _, e := range d.ho.moved {
+		if !e.finished() {
+			return true
+		}
+	}
+	return false
 }
 
 // countLive is the number of cells held here with a live lease.

@@ -765,3 +765,71 @@ func TestHandoffPushNeedsTheFleetSecret(t *testing.T) {
 		t.Fatal("a refused push wrote an ownership record")
 	}
 }
+
+// A request sent through the node a cell was just moved to, which that
+// node forwarded to the old holder (its hint), is served by the target:
+// the old holder may not forward it back (the loop rule) and names the
+// target in its refusal, and the target serves it itself instead of
+// relaying "moved to" it.
+func TestRequestThroughMoveTargetIsServed(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	b := startFleetNode(t, m.Client("b"), "b", testSecret, "", APIConfig{})
+	for _, n := range []*fleetNode{a, b} {
+		if err := n.d.node.Observer().Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b has just handed cell c to a (its push answered); a still has b as
+	// the cell's last server.
+	to, ok := b.d.trustedPeer("a")
+	if !ok {
+		t.Fatal("b does not see a")
+	}
+	pushed := make(chan struct{})
+	close(pushed)
+	b.d.ho.mu.Lock()
+	b.d.ho.moved = map[string]movedTo{"c": {to: to, at: time.Now(), pushed: pushed}}
+	b.d.ho.mu.Unlock()
+	a.d.hints.set("c", "b", time.Now().Add(time.Minute))
+	got := send(t, "POST", a.srv.URL+"/v1/cells/c/append", "x")
+	if got.status != 200 || got.hdr.Get(HeaderNode) != "a" {
+		t.Fatalf("append through the move's target: %+v", got)
+	}
+}
+
+// Leave waits for peers to route elsewhere (2·TTL/3 at least) only when
+// there are peers: a node alone leaves at once, and one with a peer hands
+// its cells to it before it returns.
+func TestLeave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		const ttl = 3 * time.Second
+		open := func(node string) *Daemon {
+			d, err := Open(t.Context(), Config{Node: node, Advertise: "http://" + node + ".invalid", TTL: ttl, FleetSecret: testSecret, MoveRate: -1},
+				m.Client(node), slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { closeOK(t, d) })
+			return d
+		}
+		a := open("a")
+		start := time.Now()
+		if err := a.Leave(t.Context()); err != nil || time.Since(start) != 0 {
+			t.Fatalf("leave of a node alone: %v after %v, want at once", err, time.Since(start))
+		}
+		a.setDraining(false)
+		b := open("b")
+		time.Sleep(ttl) // each sees the other
+		if _, err := a.acquire(t.Context(), "c", false); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		err := a.Leave(t.Context())
+		if took := time.Since(start); err != nil || took < 2*ttl/3 || a.countLive() != 0 {
+			t.Fatalf("leave with a peer: %v after %v, %d cells left; want every cell handed off, ≥ %v", err, took, a.countLive(), 2*ttl/3)
+		}
+		_ = b
+	})
+}

@@ -32,8 +32,11 @@ type metrics struct {
 	fences        *prometheus.CounterVec // reason
 	nodeLeaseHeld prometheus.Gauge
 	forwards      *prometheus.CounterVec // result
-	moves         *prometheus.CounterVec // direction: out, in
-	movePushes    *prometheus.CounterVec // result: ok, error
+	// forwardsUnable counts the forwards of requests this node could not
+	// serve itself, by why (fenced, draining).
+	forwardsUnable *prometheus.CounterVec
+	moves          *prometheus.CounterVec // direction: out, in
+	movePushes     *prometheus.CounterVec // result: ok, error
 }
 
 // Label values each series is created with at zero, so that a dashboard or
@@ -54,6 +57,7 @@ var (
 	renewalResults  = []string{"ok", "error", "replaced", "deleted"}
 	fenceReasons    = []string{"unreachable", "expired", "replaced", "deleted"}
 	forwardResults  = []string{"ok", "unreachable", "rerouted", "lost", "refused", "unverified"}
+	unableReasons   = []string{"fenced", "draining"}
 	moveDirections  = []string{"out", "in"}
 	pushResults     = []string{"ok", "error"}
 )
@@ -77,13 +81,14 @@ func newMetrics(version string) *metrics {
 	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_cells_moved_total", Help: "Cells moved between nodes, by direction (out: handed off by this node; in: claimed here on a peer's handoff)."}, []string{"direction"})
 	m.movePushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_move_pushes_total", Help: "Handoff pushes to the target node after a move's release, by result (ok; error: the cell was left free, claimed by the next request)."}, []string{"result"})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_total", Help: "Requests forwarded to the peer that holds (or is placed to hold) the cell, by result (ok: its answer relayed; unreachable: not sent; rerouted: its dial failed, so routed once more without it; lost: sent, no answer; refused: the peer refused the peer proof; unverified: the answer had no valid peer proof and was not relayed)."}, []string{"result"})
+	m.forwardsUnable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_unable_total", Help: "Requests for a cell this node does not hold that it forwarded to a live peer rather than refuse, because it could not serve them itself, by reason (fenced: regaining its node lease; draining). Each is also counted in deed_forwarded_total."}, []string{"reason"})
 	logInternal := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "deed_log_internal_errors_total", Help: "Cell logs this process ended because of an impossible state transition (a bug in deed: each ended only its own cell's log)."},
 		func() float64 { return float64(replication.InternalErrors()) })
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.cellsHeld, m.cellsReleased, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
-		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, m.moves, m.movePushes, logInternal, buildInfo,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, m.forwardsUnable, m.moves, m.movePushes, logInternal, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	for _, l := range claimLabels {
@@ -92,7 +97,7 @@ func newMetrics(version string) *metrics {
 	for _, vs := range []struct {
 		vec    *prometheus.CounterVec
 		values []string
-	}{{m.cellsReleased, cellReleased}, {m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}, {m.moves, moveDirections}, {m.movePushes, pushResults}} {
+	}{{m.cellsReleased, cellReleased}, {m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}, {m.forwardsUnable, unableReasons}, {m.moves, moveDirections}, {m.movePushes, pushResults}} {
 		for _, v := range vs.values {
 			vs.vec.WithLabelValues(v)
 		}
@@ -158,45 +163,53 @@ type instrumented struct {
 	h *storeHealth
 }
 
-func (i instrumented) observe(op string, start time.Time, err error) {
+func (i instrumented) observe(ctx context.Context, op string, start time.Time, err error) {
 	i.m.s3Requests.WithLabelValues(op, outcome(err)).Inc()
 	i.m.s3Latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	if i.h != nil {
-		i.h.observe(op, err)
+	if i.h == nil {
+		return
 	}
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		// The caller gave up (a client gone, a request cut short by
+		// the drain): that says nothing about the store. A deadline
+		// is another matter: a store that hangs shows as one.
+		i.h.log.Debug("store request cancelled by its caller", "op", op, "err", err)
+		return
+	}
+	i.h.observe(op, err)
 }
 
 func (i instrumented) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
 	start := time.Now()
 	o, err := i.b.Get(ctx, key, max)
-	i.observe("get", start, err)
+	i.observe(ctx, "get", start, err)
 	return o, err
 }
 
 func (i instrumented) Head(ctx context.Context, key string) (bucket.Info, error) {
 	start := time.Now()
 	o, err := i.b.Head(ctx, key)
-	i.observe("head", start, err)
+	i.observe(ctx, "head", start, err)
 	return o, err
 }
 
 func (i instrumented) Put(ctx context.Context, key string, body []byte, c bucket.Condition) (string, error) {
 	start := time.Now()
 	etag, err := i.b.Put(ctx, key, body, c)
-	i.observe("put", start, err)
+	i.observe(ctx, "put", start, err)
 	return etag, err
 }
 
 func (i instrumented) Delete(ctx context.Context, key string, c bucket.Condition) error {
 	start := time.Now()
 	err := i.b.Delete(ctx, key, c)
-	i.observe("delete", start, err)
+	i.observe(ctx, "delete", start, err)
 	return err
 }
 
 func (i instrumented) List(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
 	start := time.Now()
 	p, err := i.b.List(ctx, in)
-	i.observe("list", start, err)
+	i.observe(ctx, "list", start, err)
 	return p, err
 }

@@ -73,6 +73,7 @@ func TestCapturedPeerRequestCannotBeReused(t *testing.T) {
 			t.Helper()
 			mu.Lock()
 			deliver = delivered
+			first := len(caps) // a forward kept from b is sent on to the next node: b's is the first
 			mu.Unlock()
 			req := httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cname+"/append", strings.NewReader(data))
 			req.Header.Set("Authorization", "Bearer client-token")
@@ -83,7 +84,7 @@ func TestCapturedPeerRequestCannotBeReused(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			got := caps[len(caps)-1]
+			got := caps[first]
 			if p, err := parsePeerProof(got.hdr.Get(headerPeerProof)); err != nil || p.from != "a" || p.to != "b" {
 				t.Fatalf("captured %+v, %v; want a forward from a to b", p, err)
 			}

@@ -31,6 +31,34 @@ func (d *Daemon) members() []member {
 	return liveMembers(n.Observer().View(), n.Observer().Verifying())
 }
 
+// routeView is the observer routing looks at: the node's, or while fenced
+// the fenced incarnation's (kept fresh), so that a fenced node sends what
+// it cannot serve to a live peer. Nil before the daemon is open or after
+// it closed. Only routing uses the fenced view: nothing is claimed,
+// placed or moved by it.
+func (d *Daemon) routeView() *owner.Observer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return nil
+	case d.node != nil:
+		return d.node.Observer()
+	case d.fencedObs != nil:
+		return d.fencedObs
+	}
+	return nil
+}
+
+// routeMembers are the members as routing sees them (routeView).
+func (d *Daemon) routeMembers() []member {
+	o := d.routeView()
+	if o == nil {
+		return nil
+	}
+	return liveMembers(o.View(), o.Verifying())
+}
+
 // trustedPeer is node as this daemon may send it a request: alive, with a
 // valid lease advertising an address and, with a fleet secret, verified;
 // draining or not (a draining node still serves the cells it holds).
@@ -38,14 +66,12 @@ func (d *Daemon) members() []member {
 // from members, which holds the same checks), never from what an
 // ownership record or an error names.
 func (d *Daemon) trustedPeer(node string) (member, bool) {
-	d.mu.Lock()
-	n := d.node
-	d.mu.Unlock()
-	if n == nil {
+	o := d.routeView()
+	if o == nil {
 		return member{}, false
 	}
-	v, ok := n.Observer().Lookup(node)
-	if !ok || !v.Alive || v.Corrupt != "" || v.Addr == "" || (n.Observer().Verifying() && !v.Verified) {
+	v, ok := o.Lookup(node)
+	if !ok || !v.Alive || v.Corrupt != "" || v.Addr == "" || (o.Verifying() && !v.Verified) {
 		return member{}, false
 	}
 	return member{Name: v.Node, Addr: v.Addr, Weight: max(v.Weight, 1)}, true

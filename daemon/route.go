@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -31,6 +32,17 @@ const (
 	// headerForwardedBy names each node that relayed an answer, nearest
 	// the client last; Deed-Node stays the node that served it.
 	headerForwardedBy = "Deed-Forwarded-By"
+	// headerMovedTo names, on a refusal (a *MovedError: nothing written),
+	// the node the cell was just handed to. A forwarder that is that node
+	// serves the request itself rather than relay the refusal: the old
+	// holder waited for the handoff to land (movedAway) and may not send
+	// the request back (the loop rule). Not covered by the answer's proof:
+	// it can only make a node serve a request itself, which any node may.
+	headerMovedTo = "Deed-Moved-To"
+	// headerStarting marks the refusal of a node that is starting
+	// (StartingHandler): nothing was done, and a forwarder routes the
+	// request once more without that node, as if its dial had failed.
+	headerStarting = "Deed-Starting"
 	// maxHops bounds the forwards of one request: a client's node may
 	// send it to the preferred node, which may send it once more to the
 	// live holder its claim was refused for. Never further, so a request
@@ -83,12 +95,25 @@ type routeIn struct {
 	// Holder is the live node a claim here was refused for (DEED-E020),
 	// or the node a cell was handed to; empty before anything was tried.
 	Holder member
+	// Unable says why this node cannot serve a cell it does not hold
+	// ("fenced", "draining"); empty when it can.
+	Unable string
+	// Alt is the preferred member but this node, From and Unreachable,
+	// where a node that is Unable sends the request.
+	Alt    member
+	HasAlt bool
+	// Unreachable is a peer a forward of this request could not reach
+	// (nothing sent); neither the hint nor Preferred names it.
+	Unreachable string
 }
 
 // routeVerdict is the rule's answer.
 type routeVerdict struct {
 	Action routeAction
 	To     member
+	// Because is routeIn.Unable when this node forwards what it cannot
+	// serve (counted in deed_forwarded_unable_total).
+	Because string
 }
 
 // decideRoute is the routing rule, pure so that it can be tested whole.
@@ -107,13 +132,36 @@ type routeVerdict struct {
 // would be the request's second forward already, or go back to the node
 // that sent it, or to this node, or to no known address; then the refusal
 // is the answer.
+//
+// A node that cannot serve a cell it does not hold (fenced, draining: it
+// would only refuse) sends the request on instead, within the same bound,
+// never back and never to itself: a client's to the hint or Alt, a
+// peer's to Alt while a hop is left. Only when there is none does it
+// serve (refuse) it.
 func decideRoute(in routeIn) routeVerdict {
+	hint := in.Hint.Name != "" && in.Hint.Name != in.Self && in.Hint.Addr != "" && in.Hint.Name != in.Unreachable
 	if in.Holder.Name == "" {
-		if !in.Fleet || in.Held || in.Hops > 0 {
+		if !in.Fleet || in.Held {
 			return routeVerdict{Action: routeServe}
 		}
-		if in.Hint.Name != "" && in.Hint.Name != in.Self && in.Hint.Addr != "" {
+		if in.Unable != "" {
+			if in.Hops == 0 && hint {
+				return routeVerdict{Action: routeForward, To: in.Hint, Because: in.Unable}
+			}
+			if in.Hops < maxHops && in.HasAlt && in.Alt.Addr != "" && in.Alt.Name != in.Self &&
+				in.Alt.Name != in.From && in.Alt.Name != in.Unreachable {
+				return routeVerdict{Action: routeForward, To: in.Alt, Because: in.Unable}
+			}
+			return routeVerdict{Action: routeServe}
+		}
+		if in.Hops > 0 {
+			return routeVerdict{Action: routeServe}
+		}
+		if hint {
 			return routeVerdict{Action: routeForward, To: in.Hint}
+		}
+		if in.Preferred.Name == in.Unreachable && in.Unreachable != "" {
+			return routeVerdict{Action: routeServe}
 		}
 		if !in.HasPreferred ||
 			in.Preferred.Name == in.Self || in.Preferred.Addr == "" {
@@ -128,9 +176,8 @@ func decideRoute(in routeIn) routeVerdict {
 	return routeVerdict{Action: routeForward, To: in.Holder}
 }
 
-// routeInput gathers decideRoute's inputs for a request for cell name;
-// skip names a member to leave out (one that could not be reached).
-func (d *Daemon) routeInput(r *http.Request, name, skip string) routeIn {
+// routeInput gathers decideRoute's inputs for a request for cell name.
+func (d *Daemon) routeInput(r *http.Request, name string) routeIn {
 	in := routeIn{Fleet: d.cfg.FleetSecret != "", Self: d.cfg.Node}
 	if p, ok := peerOf(r.Context()); ok {
 		in.Hops, in.From = p.hops, p.from
@@ -138,11 +185,22 @@ func (d *Daemon) routeInput(r *http.Request, name, skip string) routeIn {
 	if !in.Fleet {
 		return in
 	}
-	if in.Held = d.held(name) != nil; !in.Held && in.Hops == 0 {
-		members := d.members()
-		if skip != "" {
-			members = slices.DeleteFunc(members, func(m member) bool { return m.Name == skip })
-		}
+	if in.Held = d.held(name) != nil; in.Held {
+		return in
+	}
+	switch {
+	case d.ho.draining.Load():
+		in.Unable = "draining"
+	case d.fencedNow():
+		in.Unable = "fenced"
+	}
+	members := d.routeMembers()
+	if in.Unable != "" {
+		in.Alt, in.HasAlt = preferred(name, slices.DeleteFunc(slices.Clone(members), func(m member) bool {
+			return m.Name == in.Self || m.Name == in.From
+		}))
+	}
+	if in.Hops == 0 {
 		in.Preferred, in.HasPreferred = preferred(name, members)
 		if h, ok := d.hints.get(name, time.Now()); ok {
 			// Only a live member is worth a hop; its address from the view.
@@ -172,23 +230,42 @@ func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool
 		// told yet (which would send it back here).
 		return false
 	}
-	v := decideRoute(d.routeInput(r, name, ""))
-	if v.Action != routeForward {
-		return false
+	in := d.routeInput(r, name)
+	for {
+		v := decideRoute(in)
+		if v.Action != routeForward {
+			return false
+		}
+		if v.Because != "" {
+			d.m.forwardsUnable.WithLabelValues(v.Because).Inc()
+			d.unable.add(v.Because)
+		}
+		err := d.tryForward(w, r, v.To, body, true)
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, errMovedHere) {
+			return false // the cell was handed to this node: served here
+		}
+		if in.Unreachable != "" || r.Context().Err() != nil {
+			d.forwardFailed(w, r, v.To, false, false, err)
+			return true
+		}
+		// Nothing was sent (the peer's port refused the dial: it stopped
+		// or is restarting, its lease not yet seen gone): the next route
+		// over the members but that one, once; or this node serves it.
+		in.Unreachable = v.To.Name
+		d.forwardFailedSilently(r, v.To)
+		in.Alt, in.HasAlt = preferred(name, slices.DeleteFunc(d.routeMembers(), func(m member) bool {
+			return m.Name == in.Self || m.Name == in.From || m.Name == v.To.Name
+		}))
+		if in.Unable == "" && in.Hops == 0 {
+			in.Preferred, in.HasPreferred = in.Alt, in.HasAlt
+			if !in.HasAlt {
+				in.Preferred, in.HasPreferred = member{Name: in.Self}, true // serve here
+			}
+		}
 	}
-	if d.forward(w, r, v.To, body, true) {
-		return true
-	}
-	// Nothing reached v.To (its dial failed): it has stopped, or its lease
-	// is stale in this node's view (a drained node is seen gone at the
-	// next listing). Nothing was applied, so the request is routed once
-	// more without it (it may be served here) rather than refused.
-	v = decideRoute(d.routeInput(r, name, v.To.Name))
-	if v.Action != routeForward {
-		return false
-	}
-	d.forward(w, r, v.To, body, false)
-	return true
 }
 
 // reroute forwards a request whose claim here was refused because a live
@@ -206,14 +283,27 @@ func (d *Daemon) reroute(w http.ResponseWriter, r *http.Request, body []byte, er
 	if holder, ok = d.trustedPeer(holder.Name); !ok && d.cfg.FleetSecret != "" {
 		return false
 	}
-	in := d.routeInput(r, r.PathValue("cell"), "")
+	in := d.routeInput(r, r.PathValue("cell"))
 	in.Holder = holder
 	v := decideRoute(in)
 	if v.Action != routeForward {
 		return false
 	}
-	d.forward(w, r, v.To, body, false)
+	d.forward(w, r, v.To, body)
 	return true
+}
+
+// unableCounts count the requests forwarded because this node could not
+// serve them (routeVerdict.Because), for the status page.
+type unableCounts struct{ fenced, draining atomic.Uint64 }
+
+func (u *unableCounts) add(why string) {
+	switch why {
+	case "fenced":
+		u.fenced.Add(1)
+	case "draining":
+		u.draining.Add(1)
+	}
 }
 
 // holderHints remembers, per cell, the peer that served this node's last
@@ -360,12 +450,21 @@ func (d *Daemon) peerClient() *http.Client {
 // route, the peer refused this node's secret) is DEED-E013, not applied;
 // sent without an answer is, for an append, DEED-E012 (applied unknown:
 // the owner may have written it), for a read DEED-E013.
-//
-// With mayDecline, a request that never reached the peer (its dial failed:
-// nothing was sent, so nothing was applied) is not answered: forward
-// reports false and the caller routes it otherwise. Otherwise it reports
-// true: it answered.
-func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body []byte, mayDecline bool) bool {
+func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body []byte) {
+	if err := d.tryForward(w, r, to, body, false); err != nil {
+		d.forwardFailed(w, r, to, false, false, err)
+	}
+}
+
+// errMovedHere is tryForward's answer when the peer refused the request
+// because it just handed the cell to this node (headerMovedTo).
+var errMovedHere = errors.New("the cell was handed to this node")
+
+// tryForward is forward but for a request that could not be sent at all
+// (nothing reached the peer, nothing was written to w): it returns why,
+// and the caller may try another node. With mayServe, a refusal naming
+// this node as the cell's new home is not relayed: errMovedHere.
+func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, body []byte, mayServe bool) error {
 	hops := 1
 	if p, ok := peerOf(r.Context()); ok {
 		hops = p.hops + 1
@@ -387,13 +486,11 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		// Only ever to a verified member at the address its lease
 		// advertises; routing chose from those, so this is a view that
 		// changed under it.
-		d.forwardFailed(w, r, to, write, false, errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr))
-		return true
+		return errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr)
 	}
 	pr, err := d.newPeerRequest(ctx, to.Name, to.Addr, r.Method, path, body)
 	if err != nil {
-		d.forwardFailed(w, r, to, write, false, err)
-		return true
+		return err
 	}
 	pr.req.Header.Set(headerHops, strconv.Itoa(hops))
 	if ct := r.Header.Get("Content-Type"); ct != "" {
@@ -404,19 +501,17 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	}
 	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
-		if mayDecline && !sent.Load() && r.Context().Err() == nil {
-			d.hints.drop(r.PathValue("cell"))
-			d.m.forwards.WithLabelValues("rerouted").Inc()
-			return false
+		if !sent.Load() {
+			return err
 		}
-		d.forwardFailed(w, r, to, write, sent.Load(), err)
-		return true
+		d.forwardFailed(w, r, to, write, true, err)
+		return nil
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, true, err)
-		return true
+		return nil
 	}
 	if !answerVerified(d.peers.key, nonce, resp, raw) {
 		// Not proved by a holder of the fleet secret: not relayed, and
@@ -426,16 +521,26 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		// vouch for.
 		d.m.forwards.WithLabelValues("unverified").Inc()
 		d.forwardFailed(w, r, to, write, true, errcode.Errorf(errcode.CodePeer, "its answer (%s) carries no valid peer proof: not believed", resp.Status))
-		return true
+		return nil
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		// A member's proved 401: its guard refused the proof before any
 		// handler ran (clock skew beyond the window, or a replay).
 		d.m.forwards.WithLabelValues("refused").Inc()
 		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
-		return true
+		return nil
+	}
+	if mayServe && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(headerStarting) != "" && appliedNo(raw) {
+		// Proved, and applied "no" in its proved body: the header (not
+		// covered by the proof) can only make a request that was not
+		// applied go elsewhere.
+		return errcode.Errorf(errcode.CodeUnavailable, "node %s at %s is starting", to.Name, to.Addr)
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()
+	if mayServe && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(headerMovedTo) == d.cfg.Node {
+		d.hints.drop(r.PathValue("cell"))
+		return errMovedHere
+	}
 	if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
 		d.hints.set(r.PathValue("cell"), served, time.Now().Add(d.cfg.TTL))
 	}
@@ -453,7 +558,22 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	h.Add(headerForwardedBy, d.cfg.Node)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(raw)
-	return true
+	return nil
+}
+
+// appliedNo reports whether an error answer's body says applied "no".
+func appliedNo(raw []byte) bool {
+	var b struct {
+		Applied string `json:"applied"`
+	}
+	return json.Unmarshal(raw, &b) == nil && b.Applied == "no"
+}
+
+// forwardFailedSilently counts a forward that reached nothing, which the
+// caller routes once more instead of answering it ("rerouted").
+func (d *Daemon) forwardFailedSilently(r *http.Request, to member) {
+	d.hints.drop(r.PathValue("cell"))
+	d.m.forwards.WithLabelValues("rerouted").Inc()
 }
 
 // forwardFailed answers a forward that got no answer: sent says the

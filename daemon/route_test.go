@@ -26,6 +26,9 @@ func TestDecideRoute(t *testing.T) {
 	serve := routeVerdict{Action: routeServe}
 	refuse := routeVerdict{Action: routeRefuse}
 	to := func(m member) routeVerdict { return routeVerdict{Action: routeForward, To: m} }
+	because := func(m member, why string) routeVerdict {
+		return routeVerdict{Action: routeForward, To: m, Because: why}
+	}
 	for _, tc := range []struct {
 		name string
 		in   routeIn
@@ -51,6 +54,19 @@ func TestDecideRoute(t *testing.T) {
 		{"holder is self: never to self", routeIn{Fleet: true, Self: "a", Holder: a}, refuse},
 		{"holder without address", routeIn{Fleet: true, Self: "a", Holder: member{Name: "b"}}, refuse},
 		{"no fleet: the refusal is the answer", routeIn{Self: "a", Holder: c}, refuse},
+		// This node cannot serve a cell it does not hold.
+		{"fenced, client: to the hint", routeIn{Fleet: true, Self: "a", Unable: "fenced", Hint: c, Alt: b, HasAlt: true}, because(c, "fenced")},
+		{"fenced, client: to Alt", routeIn{Fleet: true, Self: "a", Unable: "fenced", Alt: b, HasAlt: true}, because(b, "fenced")},
+		{"fenced, peer: to Alt while a hop is left", routeIn{Fleet: true, Hops: 1, From: "c", Self: "a", Unable: "fenced", Alt: b, HasAlt: true}, because(b, "fenced")},
+		{"draining, peer: no hop left", routeIn{Fleet: true, Hops: 2, From: "c", Self: "a", Unable: "draining", Alt: b, HasAlt: true}, serve},
+		{"draining, peer: never back", routeIn{Fleet: true, Hops: 1, From: "b", Self: "a", Unable: "draining", Alt: b, HasAlt: true}, serve},
+		{"fenced: never to self", routeIn{Fleet: true, Self: "a", Unable: "fenced", Alt: a, HasAlt: true}, serve},
+		{"fenced, no live member", routeIn{Fleet: true, Self: "a", Unable: "fenced"}, serve},
+		{"fenced, held here", routeIn{Fleet: true, Held: true, Self: "a", Unable: "fenced", Alt: b, HasAlt: true}, serve},
+		// After a forward reached nothing.
+		{"unreachable hint: to the preferred", routeIn{Fleet: true, Self: "a", Hint: c, Preferred: b, HasPreferred: true, Unreachable: "c"}, to(b)},
+		{"unreachable preferred: served here", routeIn{Fleet: true, Self: "a", Preferred: b, HasPreferred: true, Unreachable: "b"}, serve},
+		{"fenced, unreachable Alt", routeIn{Fleet: true, Self: "a", Unable: "fenced", Alt: b, HasAlt: true, Unreachable: "b"}, serve},
 	} {
 		if got := decideRoute(tc.in); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
@@ -422,6 +438,111 @@ func TestHolderHintSparesRefusedClaims(t *testing.T) {
 	}
 }
 
+// A node that is starting (its old lease still live to its peers) proves
+// its refusal of a peer's forward: the forwarder relays "not applied,
+// retry" instead of a 401 it cannot believe (an append's "unknown"), and
+// counts no refused or unverified forward.
+func TestStartingNodeAuthenticatesPeers(t *testing.T) {
+	m := fakes3.NewMem()
+	starting := httptest.NewServer(StartingHandler(APIConfig{Node: "b"}.WithFleetSecret(testSecret)))
+	defer starting.Close()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	b := startFleetNode(t, m.Client("b"), "b", testSecret, starting.URL, APIConfig{})
+	hold(t, b, "c", "one")
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/v1/cells/c/append", "two"},
+		{"GET", "/v1/cells/c/records?barrier=true", ""},
+	} {
+		got := send(t, req.method, a.srv.URL+req.path, req.body)
+		if got.status != 503 || got.code() != string(errcode.CodeUnavailable) || got.body["applied"] != "no" || got.hdr.Get(HeaderNode) != "b" {
+			t.Fatalf("%s %s through a to starting b: %+v", req.method, req.path, got)
+		}
+	}
+	for _, result := range []string{"refused", "unverified"} {
+		if v := metricValue(t, a.d, `deed_forwarded_total{result="`+result+`"}`); v != "0" {
+			t.Errorf("%s forwards: %s, want 0", result, v)
+		}
+	}
+}
+
+// A forward that reached nothing (the peer's port refuses the dial: it
+// stopped, its lease not yet seen gone) takes the next route instead of
+// answering DEED-E013: here a free cell whose preferred node b is not
+// listening is served by the next member.
+func TestUnreachablePeerTakesNextRoute(t *testing.T) {
+	m := fakes3.NewMem()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	addr := gone.URL
+	gone.Close() // nothing listens at b's address
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	startFleetNode(t, m.Client("b"), "b", testSecret, addr, APIConfig{})
+	c := startFleetNode(t, m.Client("c"), "c", testSecret, "", APIConfig{})
+	for _, n := range []*fleetNode{a, c} {
+		if err := n.d.node.Observer().Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cell := ""
+	for i := 0; cell == ""; i++ {
+		if p, _ := preferred(fmt.Sprint("c", i), a.d.members()); p.Name == "b" {
+			cell = fmt.Sprint("c", i)
+		}
+	}
+	got := send(t, "POST", a.srv.URL+"/v1/cells/"+cell+"/append", "one")
+	if got.status != 200 || got.hdr.Get(HeaderNode) == "b" {
+		t.Fatalf("append of %s (placed on unreachable b) through a: %+v", cell, got)
+	}
+	if v := metricValue(t, a.d, `deed_forwarded_total{result="rerouted"}`); v != "1" {
+		t.Errorf("rerouted forwards: %s, want 1", v)
+	}
+}
+
+// A fenced node (its node lease lost, regaining it) forwards a request for
+// a cell a live peer holds rather than refuse it with DEED-E025.
+func TestFencedNodeForwards(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	b := startFleetNode(t, m.Client("b"), "b", testSecret, "", APIConfig{})
+	if err := a.d.node.Observer().Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cell := "" // placed on b, so that b's rebalancer keeps it
+	for i := 0; cell == ""; i++ {
+		if p, _ := preferred(fmt.Sprint("c", i), a.d.members()); p.Name == "b" {
+			cell = fmt.Sprint("c", i)
+		}
+	}
+	hold(t, b, cell, "one")
+	m.Partition("a", true)
+	for !a.d.fencedNow() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	m.Partition("a", false) // a regains its lease after waiting out its old one (≥ TTL)
+	served := 0
+	for a.d.fencedNow() {
+		got := send(t, "POST", a.srv.URL+"/v1/cells/"+cell+"/append", "x")
+		if !a.d.fencedNow() {
+			break
+		}
+		if got.status != 200 || got.hdr.Get(HeaderNode) != "b" {
+			o := a.d.routeView()
+			v, ok := o.Lookup("b")
+			t.Fatalf("append %d through fenced a: %+v; b %+v %v; refresh %v", served, got, v, ok, o.Refresh(t.Context()))
+		}
+		served++
+		time.Sleep(100 * time.Millisecond)
+	}
+	if served == 0 {
+		t.Fatal("a regained its lease before any request reached it fenced")
+	}
+	if v := metricValue(t, a.d, `deed_forwarded_unable_total{reason="fenced"}`); v != fmt.Sprint(served) {
+		t.Errorf("forwards because fenced: %s, want %d", v, served)
+	}
+	if got := a.d.status().ForwardedBecause["fenced"]; got != uint64(served) {
+		t.Errorf("status page: %d forwarded because fenced, want %d", got, served)
+	}
+}
+
 // A request routed to a member that cannot be dialled (it stopped, and
 // this node's view of the leases has not seen it go yet) never reached it,
 // so nothing was applied: it is routed once more without that member and
@@ -453,5 +574,29 @@ func TestForwardToAStoppedMemberIsRoutedAgain(t *testing.T) {
 	}
 	if v := metricValue(t, a.d, `deed_forwarded_total{result="rerouted"}`); v != "1" {
 		t.Errorf("rerouted forwards: %s, want 1", v)
+	}
+}
+
+// A peer that answers it is starting (its old lease still live) did
+// nothing: the request is routed once more without it, here a free cell
+// placed on it is served by the asked node.
+func TestStartingPeerIsRoutedAround(t *testing.T) {
+	m := fakes3.NewMem()
+	starting := httptest.NewServer(StartingHandler(APIConfig{Node: "b"}.WithFleetSecret(testSecret)))
+	defer starting.Close()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	startFleetNode(t, m.Client("b"), "b", testSecret, starting.URL, APIConfig{})
+	if err := a.d.node.Observer().Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cell := ""
+	for i := 0; cell == ""; i++ {
+		if p, _ := preferred(fmt.Sprint("s", i), a.d.members()); p.Name == "b" {
+			cell = fmt.Sprint("s", i)
+		}
+	}
+	got := send(t, "POST", a.srv.URL+"/v1/cells/"+cell+"/append", "x")
+	if got.status != 200 || got.hdr.Get(HeaderNode) != "a" {
+		t.Fatalf("append of %s (placed on starting b) through a: %+v", cell, got)
 	}
 }

@@ -103,8 +103,12 @@ func (s *SwapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // StartingHandler answers while `deed run` starts (the store probe, the
 // node lease): /healthz says the process is up, /readyz that it is not
 // ready, and every other request is refused with DEED-E011 (retry),
-// applied "no".
+// applied "no". With cfg.WithFleetSecret, a peer's forwarded request is
+// refused with a proof, so that its sender may relay the "no".
 func StartingHandler(cfg APIConfig) http.Handler {
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody // a forwarded append's body is read for its proof
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true, "starting": true})
@@ -113,6 +117,7 @@ func StartingHandler(cfg APIConfig) http.Handler {
 		writeError(w, errcode.Errorf(errcode.CodeNodeFenced, "not ready: starting (store probe, node lease)"))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(headerStarting, "true") // a peer may route the request elsewhere
 		writeError(w, errcode.Errorf(errcode.CodeUnavailable, "the daemon is starting (store probe, node lease); retry"))
 	})
 	return guard(cfg, mux)

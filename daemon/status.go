@@ -39,6 +39,11 @@ type Status struct {
 	// Events are the recent takeovers, fences, moves, idle releases and
 	// drains, newest first.
 	Events []Event `json:"events"`
+	// ForwardedBecause counts the requests for cells it does not hold
+	// that this node forwarded to a live peer, since it started, because
+	// it could not serve them itself: "fenced" (regaining its node lease)
+	// and "draining".
+	ForwardedBecause map[string]uint64 `json:"forwarded_because"`
 }
 
 // StatusCell is one cell held here.
@@ -88,7 +93,8 @@ func (d *Daemon) status() Status {
 	d.freshenPeers()
 	s := Status{Node: d.cfg.Node, Advertise: d.cfg.Advertise, Version: d.cfg.Version, Now: time.Now(), Ready: d.ready(),
 		Fleet: d.cfg.FleetSecret != "",
-		Nodes: []owner.NodeView{}, Cells: []StatusCell{}}
+		Nodes: []owner.NodeView{}, Cells: []StatusCell{},
+		ForwardedBecause: map[string]uint64{"fenced": d.unable.fenced.Load(), "draining": d.unable.draining.Load()}}
 	d.mu.Lock()
 	n := d.node
 	d.mu.Unlock()
@@ -282,6 +288,7 @@ code{font-size:.95em}
 {{- with .Version}} · version {{.}}{{end}}
 · as of <time datetime="{{utc .Now}}">{{utc .Now}}</time>
 </p>
+<p class="meta" id="forwarded-because">forwarded because this node could not serve them: {{index .ForwardedBecause "fenced"}} while fenced · {{index .ForwardedBecause "draining"}} while draining</p>
 
 <h2>Nodes ({{alive .Nodes}} alive of {{len .Nodes}})</h2>
 {{if .Nodes}}

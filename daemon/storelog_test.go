@@ -129,3 +129,21 @@ func TestDaemonLogsStoreOutageConcisely(t *testing.T) {
 		}
 	})
 }
+
+// A store request its caller cancelled (a client gone, the drain cutting
+// requests short) is no store fault: no "store unreachable" warning, and
+// the store is not taken for down.
+func TestCancelledStoreRequestIsNoFault(t *testing.T) {
+	var buf daemontest.SyncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := &storeHealth{log: log}
+	b := instrumented{b: fakes3.NewMem().Client("a"), m: newMetrics(testVersion), h: h}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := b.Get(ctx, "k", 10); err == nil {
+		t.Fatal("a cancelled Get succeeded")
+	}
+	if h.isDown() || strings.Contains(buf.String(), "level=WARN") {
+		t.Fatalf("a cancelled request counted as an outage:\n%s", buf.String())
+	}
+}

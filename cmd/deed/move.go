@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,7 +44,11 @@ The holder is found from CELL's ownership record and the holder's node lease
 the lease must verify under the fleet secret before the request (and its
 bearer token) goes to the address it names. --addr sends the request to that
 daemon instead (any node of the fleet once requests are forwarded).
-A cell held by no live node is claimed on NODE directly.
+A cell held by no live node is claimed on NODE directly. When the holder's
+daemon cannot be reached (its process gone, its lease not yet expired),
+NODE is asked instead: it claims the cell once the holder's lease has
+expired in its view, and until then answers DEED-E020 naming the holder
+(exit 4: retry shortly).
 
 DEED-E040 (exit 2) when NODE is not a live, non-draining node of the fleet;
 DEED-E011 (exit 1) when the move could not be made (the daemons run without
@@ -63,13 +68,15 @@ and the next request claims it).`,
 			if err := owner.ValidateName("node", to); err != nil {
 				return errcode.Wrap(err, "move %s: --to", cell)
 			}
+			var fallback string // NODE's address, when the holder is asked first
 			c, err := placementClient(ctx, cfg, cmd, &af, secretFile, func(b bucket.Bucket, key []byte) (string, error) {
 				rec, exists, err := owner.Inspect(ctx, b, cell)
 				if err != nil {
 					return "", err
 				}
-				if exists && !rec.Released() {
+				if exists && !rec.Released() && rec.Node != to {
 					if addr, err := nodeAddr(ctx, b, key, rec.Node); err == nil {
+						fallback, _ = nodeAddr(ctx, b, key, to)
 						return addr, nil
 					}
 				}
@@ -80,6 +87,15 @@ and the next request claims it).`,
 				return errcode.Wrap(err, "move %s", cell)
 			}
 			v, err := c.Move(ctx, cell, to)
+			if unreached(err) && fallback != "" {
+				// The holder's lease is there but its daemon cannot be
+				// reached (dead, its lease not yet expired): NODE is asked,
+				// which claims the cell once that lease has expired
+				// (DEED-E020 until then), as for a cell no live node holds.
+				if c, cerr := af.clientAt(cfg, cmd, fallback); cerr == nil {
+					v, err = c.Move(ctx, cell, to)
+				}
+			}
 			if err != nil {
 				return &writeFailure{errcode.Wrap(err, "move %s", cell)}
 			}
@@ -190,6 +206,13 @@ holds no cell, printing how many are left.`,
 	af.register(cmd)
 	registerLeaseSecret(cmd, &secretFile)
 	return cmd
+}
+
+// unreached reports whether err says the daemon asked could not be reached
+// at all (nothing sent, no answer): another node may be asked instead.
+func unreached(err error) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && ce.Status == 0 && ce.Code == errcode.CodeUnavailable
 }
 
 // placementClient is the API client for a placement command: to --addr when

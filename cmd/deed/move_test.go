@@ -25,6 +25,14 @@ import (
 // httptest; its rebalancer is off, so that only the commands move cells.
 func (e *cellEnv) fleetDaemon(t *testing.T, node string) (*client.Client, string) {
 	t.Helper()
+	c, url, _ := e.fleetDaemonServer(t, node)
+	return c, url
+}
+
+// fleetDaemonServer is fleetDaemon, and a func that closes its API's
+// server: the daemon stays, its lease live, its address refusing dials.
+func (e *cellEnv) fleetDaemonServer(t *testing.T, node string) (*client.Client, string, func()) {
+	t.Helper()
 	var h atomic.Pointer[http.Handler]
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }))
 	url := "http://" + srv.Listener.Addr().String()
@@ -42,7 +50,7 @@ func (e *cellEnv) fleetDaemon(t *testing.T, node string) (*client.Client, string
 		defer cancel()
 		_ = d.Close(ctx)
 	})
-	return apiClient(t, url, ""), url
+	return apiClient(t, url, ""), url, srv.Close
 }
 
 // moveTestSecret is the fleet secret of fleetDaemon's daemons.
@@ -151,6 +159,28 @@ func TestMoveAndDrainCommands(t *testing.T) {
 
 	if r = e.run(t, "move", "c", "--to", "nobody"); r.status != 2 || !strings.Contains(r.stderr, "DEED-E040") {
 		t.Fatalf("move to a node that does not exist: exit %d, %q", r.status, r.stderr)
+	}
+}
+
+// deed move of a cell whose holder's daemon cannot be reached asks the
+// target instead of failing with "cannot reach the daemon": the target
+// claims the cell once the holder's lease has expired, and until then
+// answers DEED-E020 naming the holder; a free cell it claims at once.
+func TestMoveFromUnreachableHolder(t *testing.T) {
+	e := newCellEnv(t)
+	e.withFleetSecret(t)
+	c1, _, stop1 := e.fleetDaemonServer(t, "n1")
+	c2, _ := e.fleetDaemon(t, "n2")
+	if _, err := c1.Append(t.Context(), "c", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	stop1() // n1's address refuses dials; its leases stay live
+	r := e.run(t, "move", "c", "--to", "n2")
+	if r.status != 4 || !strings.Contains(r.stderr, "DEED-E020") || !strings.Contains(r.stderr, "held by live node n1") {
+		t.Fatalf("deed move from an unreachable, live holder: exit %d, %q %q; want n2's DEED-E020 naming n1", r.status, r.stdout, r.stderr)
+	}
+	if _, err := c2.Cells(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
 

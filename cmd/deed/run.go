@@ -214,7 +214,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if rf.advertise == "" {
 		rf.advertise = scheme + rf.listen
 	}
-	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, Node: cfg.node}
+	// The fleet secret from the first answer: a peer forwarding to this
+	// node while it starts gets a proved "not applied, retry", not a 401.
+	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, Node: cfg.node}.WithFleetSecret(rf.fleetSecret)
 	// Requests get a context the drain cancels: http.Server.Shutdown waits
 	// for handlers but never cancels them, and an append retrying its slot
 	// through an outage would hold the whole drain budget.
@@ -271,11 +273,22 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	case err := <-serveErr:
 		runErr = errcode.Errorf(errcode.CodeUnavailable, "serve %s: %w", rf.listen, err)
 	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rf.drainTimeout)
+	defer cancel()
+	if runErr == nil {
+		// A planned stop (SIGTERM, Ctrl-C) leaves as `deed drain` does:
+		// cells handed off and peers routing elsewhere while the API still
+		// answers, within half the drain budget, before the listener
+		// closes. A fence or a dead listener stops at once.
+		lctx, lcancel := context.WithTimeout(dctx, rf.drainTimeout/2)
+		if err := d.Leave(lctx); err != nil {
+			cfg.log.Warn("leaving the fleet: not every cell was handed off; the rest is released", "err", err)
+		}
+		lcancel()
+	}
 	// A quarter of the drain budget lets requests in flight finish; then
 	// they are cancelled, and sealing and releasing the cells gets the rest
 	// to itself.
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rf.drainTimeout)
-	defer cancel()
 	sctx, scancel := context.WithTimeout(dctx, rf.drainTimeout/4)
 	_ = srv.Shutdown(sctx)
 	scancel()

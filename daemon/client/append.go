@@ -6,6 +6,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -103,6 +104,52 @@ func retryable(code errcode.Code) bool {
 	return false
 }
 
+// readRetryable reports whether a read's refusal may be cured by sending
+// it again: applied "no" (a read's always is) and a code that says the
+// node, its peer or the cell is between states — DEED-E011 (retry: the
+// cell is moving, the node starting or draining), DEED-E013 (the peer
+// serving the cell could not be reached), DEED-E025 (the node is fenced).
+func readRetryable(err error) bool {
+	switch errcode.CodeOf(err) {
+	case errcode.CodeUnavailable, errcode.CodePeer, errcode.CodeNodeFenced:
+		var e *Error
+		return !errors.As(err, &e) || e.Applied != AppliedUnknown
+	}
+	return false
+}
+
+// retryRead sends a read until it is answered or refused for good, or the
+// context ends (RetryFor when it has no deadline), with the backoff of an
+// append; the last refusal is the answer.
+func (c *Client) retryRead(ctx context.Context, send func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok && c.retryFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.retryFor)
+		defer cancel()
+	}
+	for attempt := 0; ; attempt++ {
+		err := send(ctx)
+		if err == nil || c.retryFor < 0 || !readRetryable(err) {
+			return err
+		}
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// backoff is the wait before retry attempt+1: doubling from 50 ms up to
+// 2 s, jittered over its upper half so that clients refused together do
+// not come back together.
+func backoff(attempt int) time.Duration {
+	d := min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
 // validKey is the daemon's check of a key (replication.ValidateKey), made
 // before anything is sent.
 func validKey(k string) error {
@@ -179,9 +226,7 @@ func (c *Client) retry(ctx context.Context, opts AppendOptions, send func(contex
 			}
 			return nil, err
 		}
-		d := min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)
-		d = d/2 + rand.N(d/2+1)
-		t := time.NewTimer(d)
+		t := time.NewTimer(backoff(attempt))
 		select {
 		case <-t.C:
 		case <-ctx.Done():

@@ -142,3 +142,41 @@ func TestAppendKeysPerCall(t *testing.T) {
 		t.Fatalf("keys %q queries %q", keys, queries)
 	}
 }
+
+// A read (barrier or not) refused with a code a retry can cure (DEED-E011,
+// E013, E025; applied "no") is sent again until answered; any other
+// refusal is the answer at once, and with RetryFor < 0 every read is sent
+// once.
+func TestReadRetriesRetryableRefusals(t *testing.T) {
+	records := func(w http.ResponseWriter) {
+		fmt.Fprint(w, `{"cell":"c","records":[{"pos":1,"data":"eA=="}]}`)
+	}
+	for _, tc := range []struct {
+		name     string
+		answers  []func(http.ResponseWriter)
+		retryFor time.Duration
+		calls    int
+		code     errcode.Code
+	}{
+		{"moving, unreachable, fenced, then answered", []func(http.ResponseWriter){
+			refuse(errcode.CodeUnavailable, 503), refuse(errcode.CodePeer, 503), refuse(errcode.CodeNodeFenced, 503), records}, 0, 4, ""},
+		{"held elsewhere: final", []func(http.ResponseWriter){refuse(errcode.CodeHeld, 409), records}, 0, 1, errcode.CodeHeld},
+		{"not the holder: final", []func(http.ResponseWriter){refuse(errcode.CodeNotHolder, 409), records}, 0, 1, errcode.CodeNotHolder},
+		{"sent once when asked", []func(http.ResponseWriter){refuse(errcode.CodePeer, 503), records}, -1, 1, errcode.CodePeer},
+	} {
+		s := &script{answers: tc.answers}
+		srv := httptest.NewServer(s)
+		c, err := client.New(srv.URL, client.Options{RetryFor: tc.retryFor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Read(t.Context(), "c", client.ReadOptions{Barrier: true})
+		srv.Close()
+		if errcode.CodeOf(err) != tc.code || len(s.keys) != tc.calls {
+			t.Errorf("%s: %v after %d calls, want %q after %d", tc.name, err, len(s.keys), tc.code, tc.calls)
+		}
+		if tc.code == "" && len(got.Records) != 1 {
+			t.Errorf("%s: records %+v", tc.name, got)
+		}
+	}
+}

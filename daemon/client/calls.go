@@ -24,8 +24,9 @@ type Options struct {
 	// Set it to trust a private CA for an https address.
 	HTTPClient *http.Client
 	// RetryFor bounds how long Append and AppendBatch retry (with the same
-	// idempotency key) when the caller's context has no deadline:
-	// DefaultRetryFor when 0; a negative value sends each append once.
+	// idempotency key), and Read retries a refusal a retry can cure, when
+	// the caller's context has no deadline: DefaultRetryFor when 0; a
+	// negative value sends each append and read once.
 	RetryFor time.Duration
 }
 
@@ -69,7 +70,11 @@ type ReadOptions struct {
 }
 
 // Read returns the records of cell's log after opts.After, in order. Fewer
-// than the limit means the end of the log, for now.
+// than the limit means the end of the log, for now. A refusal a retry can
+// cure (DEED-E011, DEED-E013, DEED-E025: the cell moving, a node starting,
+// draining, fenced or unreachable) is retried with jittered backoff while
+// the context lasts (Options.RetryFor when it has no deadline; negative:
+// sent once).
 func (c *Client) Read(ctx context.Context, cell string, opts ReadOptions) (ReadResult, error) {
 	q := url.Values{"after": {strconv.FormatUint(opts.After, 10)}}
 	if opts.Limit > 0 {
@@ -79,7 +84,10 @@ func (c *Client) Read(ctx context.Context, cell string, opts ReadOptions) (ReadR
 		q.Set("barrier", "true")
 	}
 	var v ReadResult
-	err := c.do(ctx, http.MethodGet, cellPath(cell, "/records"), q, nil, &v)
+	err := c.retryRead(ctx, func(ctx context.Context) error {
+		v = ReadResult{}
+		return c.do(ctx, http.MethodGet, cellPath(cell, "/records"), q, nil, &v)
+	})
 	return v, err
 }
 
