@@ -91,6 +91,8 @@ type Daemon struct {
 	ho     handoffs  // moves, pins and the drain (handoff.go)
 
 	hints holderHints // which peer served a cell lately, for routing
+	// waiting counts the reads with ?wait= under way (APIConfig.MaxWaitingReads).
+	waiting atomic.Int64
 
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
@@ -172,6 +174,9 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	}
 	if cfg.API.MaxBody == 0 {
 		cfg.API.MaxBody = DefaultMaxBody
+	}
+	if cfg.API.MaxWaitingReads == 0 {
+		cfg.API.MaxWaitingReads = DefaultMaxWaitingReads
 	}
 	if cfg.API.MaxLimit == 0 {
 		cfg.API.MaxLimit = DefaultMaxLimit
