@@ -179,6 +179,18 @@ func signPeerRequest(key []byte, req *http.Request, self, to string, body []byte
 	return p
 }
 
+// SignPeerRequest proves req as a peer request from node from to node to
+// under the fleet secret, as a daemon proves its own forwards and
+// handoffs: the proof (header Deed-Peer-Proof) covers req's method, path
+// and query, its steering headers (set them first), the body (which req
+// must send) and a fresh nonce and timestamp, so it opens that one request
+// on that one node, once, within the window. It is for programs that
+// speak the peer endpoints themselves (a test, a tool); a daemon's peers
+// never need it.
+func SignPeerRequest(req *http.Request, secret, from, to string, body []byte) {
+	signPeerRequest(derivePeerKey(secret), req, from, to, body, time.Now())
+}
+
 // peerEndpoint reports whether a peer proof may open r's endpoint: a
 // forwarded append or read of a cell, or a handoff.
 func peerEndpoint(r *http.Request) bool {

@@ -207,12 +207,19 @@ func specExchanges() []exchange {
 		{"POST", "/v1/cells/b/move?to=n1", "", auth, 200},
 		{"POST", "/v1/cells/b/move?to=nobody", "", auth, 400},
 		{"POST", "/v1/cells/never/move?to=n1", "", auth, 400},
-		{"POST", "/v1/cells/c/handoff", "", []string{"Deed-Peer-Token", specSecret, "Deed-From", "n2"}, 200},
 		{"POST", "/v1/cells/c/handoff", "", auth, 401},
-		{"POST", "/v1/cells/c/handoff", "", []string{"Deed-Peer-Token", "wrong"}, 401},
+		{"POST", "/v1/cells/c/handoff", "", []string{"Deed-Peer-Proof", "wrong"}, 401},
 		{"GET", "/v1/status", "", auth, 200},
 		{"POST", "/v1/node/drain", "", auth, 200},
 		{"DELETE", "/v1/node/drain", "", auth, 200},
+	}
+}
+
+// peerExchanges are sent as peer n2's requests, each proved under the
+// fleet secret (daemon.SignPeerRequest), as a daemon proves its own.
+func peerExchanges() []exchange {
+	return []exchange{
+		{"POST", "/v1/cells/c/handoff", "", nil, 200},
 	}
 }
 
@@ -311,12 +318,17 @@ func checkAnswers(t *testing.T, src []byte) []string {
 	covered := map[*openapi3.Operation]bool{}
 	all := specExchanges()
 	nTokened := len(all)
+	all = append(all, peerExchanges()...)
+	nPeer := len(all)
 	all = append(all, openExchanges()...)
 	for i, ex := range all {
 		what := ex.method + " " + ex.path
 		base := srv.URL
-		if i >= nTokened {
+		switch {
+		case i >= nPeer:
 			base, what = open.URL, what+" (no token)"
+		case i >= nTokened:
+			what += " (a peer's)"
 		}
 		req, err := http.NewRequestWithContext(t.Context(), ex.method, base+ex.path, strings.NewReader(ex.body))
 		if err != nil {
@@ -327,6 +339,9 @@ func checkAnswers(t *testing.T, src []byte) []string {
 		}
 		for i := 0; i+1 < len(ex.hdr); i += 2 {
 			req.Header.Set(ex.hdr[i], ex.hdr[i+1])
+		}
+		if i >= nTokened && i < nPeer {
+			daemon.SignPeerRequest(req, specSecret, "n2", "n1", []byte(ex.body))
 		}
 		route, params, err := router.FindRoute(req)
 		if err != nil {
