@@ -92,6 +92,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
 	mux.HandleFunc("POST /v1/cells/{cell}/batch", func(w http.ResponseWriter, r *http.Request) { d.appendBatch(w, r, cfg.MaxBody) })
 	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit, cfg.MaxWaitingReads) })
+	mux.HandleFunc("GET /v1/cells/{cell}/tail", d.tailCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
@@ -133,4 +134,50 @@ func (d *Daemon) forwardWait(w http.ResponseWriter, r *http.Request, name string
 	}
 	d.forward(w, r, to, nil)
 	return true
+}
+
+// tailCell is GET /v1/cells/{cell}/tail: where the log ends, answered by
+// the holder after a barrier, so that it is linearizable through any
+// node. It is routed as a barrier read is: with a fleet, to the holder
+// (or the preferred node, which claims a free cell); without one, a node
+// that does not hold the cell refuses (DEED-E024, naming who does).
+func (d *Daemon) tailCell(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("cell")
+	if err := owner.ValidateName("cell", name); err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, fleet := r.Context(), d.cfg.FleetSecret != ""
+	for range maxRetiredRetries {
+		c := d.held(name)
+		if c == nil {
+			if !fleet {
+				writeError(w, d.notHeldFor(ctx, "tail of "+name, name, "ask its holder", ""))
+				return
+			}
+			if d.route(w, r, nil) {
+				return
+			}
+			var err error
+			if c, err = d.acquire(ctx, name, false); err != nil {
+				if !d.reroute(w, r, nil, err) {
+					writeError(w, err)
+				}
+				return
+			}
+		}
+		c.c.begin()
+		t, err := c.log.Tail(ctx)
+		c.c.end()
+		if c.retiredUnder(err) {
+			continue // ask where the cell is now
+		}
+		if err = closedUnder(c, err); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSONStatus(w, http.StatusOK, client.Tail{Cell: name, NextPos: uint64(t.NextPos), Epoch: c.lease.Epoch(), Node: d.cfg.Node, TS: t.TS})
+		return
+	}
+	writeError(w, errcode.Errorf(errcode.CodeUnavailable, "tail of %s: the cell was retired under the request %d times; retry", name, maxRetiredRetries))
 }

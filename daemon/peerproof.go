@@ -192,7 +192,8 @@ func SignPeerRequest(req *http.Request, secret, from, to string, body []byte) {
 }
 
 // peerEndpoint reports whether a peer proof may open r's endpoint: a
-// forwarded append or read of a cell, or a handoff.
+// forwarded append or read of a cell (its records or its tail), or a
+// handoff.
 func peerEndpoint(r *http.Request) bool {
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/cells/")
 	if !ok {
@@ -205,7 +206,7 @@ func peerEndpoint(r *http.Request) bool {
 	switch op {
 	case "append", "handoff":
 		return r.Method == http.MethodPost
-	case "records":
+	case "records", "tail":
 		return r.Method == http.MethodGet
 	}
 	return false

@@ -197,6 +197,8 @@ func specExchanges() []exchange {
 		{"GET", "/v1/cells/a/records?limit=100000", "", auth, 400},
 		{"GET", "/v1/cells/a/records?after=2&wait=10ms", "", auth, 200},
 		{"GET", "/v1/cells/a/records?wait=2m", "", auth, 400},
+		{"GET", "/v1/cells/a/tail", "", auth, 200},
+		{"GET", "/v1/cells/bad%21name/tail", "", auth, 400},
 		{"GET", "/v1/cells/a", "", auth, 200},
 		{"GET", "/v1/cells/never", "", auth, 200},
 		{"GET", "/v1/cells", "", auth, 200},
