@@ -93,6 +93,8 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/batch", func(w http.ResponseWriter, r *http.Request) { d.appendBatch(w, r, cfg.MaxBody) })
 	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit, cfg.MaxWaitingReads) })
 	mux.HandleFunc("GET /v1/cells/{cell}/tail", d.tailCell)
+	mux.HandleFunc("PUT /v1/cells/{cell}/snapshot", d.putSnapshot)
+	mux.HandleFunc("GET /v1/cells/{cell}/snapshot", d.getSnapshot)
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
@@ -617,6 +619,8 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusPreconditionFailed
 	case errcode.CodeKeyReused:
 		return http.StatusUnprocessableEntity
+	case errcode.CodeNoSnapshot:
+		return http.StatusNotFound
 	default:
 		return http.StatusInternalServerError
 	}

@@ -192,8 +192,8 @@ func SignPeerRequest(req *http.Request, secret, from, to string, body []byte) {
 }
 
 // peerEndpoint reports whether a peer proof may open r's endpoint: a
-// forwarded append or read of a cell (its records or its tail), or a
-// handoff.
+// forwarded append, snapshot or read of a cell (its records or its
+// tail), or a handoff.
 func peerEndpoint(r *http.Request) bool {
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/cells/")
 	if !ok {
@@ -208,6 +208,8 @@ func peerEndpoint(r *http.Request) bool {
 		return r.Method == http.MethodPost
 	case "records", "tail":
 		return r.Method == http.MethodGet
+	case "snapshot":
+		return r.Method == http.MethodPut
 	}
 	return false
 }

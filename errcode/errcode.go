@@ -39,6 +39,7 @@ const (
 	CodeCrossSite    Code = "DEED-E042" // a token-less daemon refused a cross-site or foreign-Host (DNS rebinding) request
 	CodeKeyReused    Code = "DEED-E043" // idempotency key already used for another body; not applied
 	CodePosMismatch  Code = "DEED-E044" // conditional append: the log's next position is not the one named; not applied
+	CodeNoSnapshot   Code = "DEED-E045" // the cell has no snapshot (read its log from the start instead)
 	CodeOutput       Code = "DEED-E050" // the command's output could not be written
 )
 

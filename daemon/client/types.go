@@ -133,6 +133,16 @@ type Tail struct {
 	TS      int64  `json:"ts"`
 }
 
+// SnapshotResult is PUT /v1/cells/{cell}/snapshot's answer: the snapshot
+// written (or found already written, the same) covering every record up
+// to Pos, at transaction TxID, by Epoch.
+type SnapshotResult struct {
+	Cell  string `json:"cell"`
+	Epoch uint64 `json:"epoch"`
+	TxID  uint64 `json:"txid"`
+	Pos   uint64 `json:"pos"`
+}
+
 // ErrorBody is every error the API returns.
 type ErrorBody struct {
 	Code  errcode.Code `json:"code"`
