@@ -53,7 +53,7 @@ var (
 	s3Outcomes      = []string{"ok", "not_found", "precondition", "conflict", "ambiguous", "unavailable", "denied", "unsupported"}
 	renewalResults  = []string{"ok", "error", "replaced", "deleted"}
 	fenceReasons    = []string{"unreachable", "expired", "replaced", "deleted"}
-	forwardResults  = []string{"ok", "unreachable", "lost", "refused", "unverified"}
+	forwardResults  = []string{"ok", "unreachable", "rerouted", "lost", "refused", "unverified"}
 	moveDirections  = []string{"out", "in"}
 	pushResults     = []string{"ok", "error"}
 )
@@ -76,7 +76,7 @@ func newMetrics(version string) *metrics {
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
 	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_cells_moved_total", Help: "Cells moved between nodes, by direction (out: handed off by this node; in: claimed here on a peer's handoff)."}, []string{"direction"})
 	m.movePushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_move_pushes_total", Help: "Handoff pushes to the target node after a move's release, by result (ok; error: the cell was left free, claimed by the next request)."}, []string{"result"})
-	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_total", Help: "Requests forwarded to the peer that holds (or is placed to hold) the cell, by result (ok: its answer relayed; unreachable: not sent; lost: sent, no answer; refused: the peer refused the peer proof; unverified: the answer had no valid peer proof and was not relayed)."}, []string{"result"})
+	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_total", Help: "Requests forwarded to the peer that holds (or is placed to hold) the cell, by result (ok: its answer relayed; unreachable: not sent; rerouted: its dial failed, so routed once more without it; lost: sent, no answer; refused: the peer refused the peer proof; unverified: the answer had no valid peer proof and was not relayed)."}, []string{"result"})
 	logInternal := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "deed_log_internal_errors_total", Help: "Cell logs this process ended because of an impossible state transition (a bug in deed: each ended only its own cell's log)."},
 		func() float64 { return float64(replication.InternalErrors()) })
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",

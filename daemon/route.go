@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,8 +128,9 @@ func decideRoute(in routeIn) routeVerdict {
 	return routeVerdict{Action: routeForward, To: in.Holder}
 }
 
-// routeInput gathers decideRoute's inputs for a request for cell name.
-func (d *Daemon) routeInput(r *http.Request, name string) routeIn {
+// routeInput gathers decideRoute's inputs for a request for cell name;
+// skip names a member to leave out (one that could not be reached).
+func (d *Daemon) routeInput(r *http.Request, name, skip string) routeIn {
 	in := routeIn{Fleet: d.cfg.FleetSecret != "", Self: d.cfg.Node}
 	if p, ok := peerOf(r.Context()); ok {
 		in.Hops, in.From = p.hops, p.from
@@ -138,6 +140,9 @@ func (d *Daemon) routeInput(r *http.Request, name string) routeIn {
 	}
 	if in.Held = d.held(name) != nil; !in.Held && in.Hops == 0 {
 		members := d.members()
+		if skip != "" {
+			members = slices.DeleteFunc(members, func(m member) bool { return m.Name == skip })
+		}
 		in.Preferred, in.HasPreferred = preferred(name, members)
 		if h, ok := d.hints.get(name, time.Now()); ok {
 			// Only a live member is worth a hop; its address from the view.
@@ -167,11 +172,22 @@ func (d *Daemon) route(w http.ResponseWriter, r *http.Request, body []byte) bool
 		// told yet (which would send it back here).
 		return false
 	}
-	v := decideRoute(d.routeInput(r, name))
+	v := decideRoute(d.routeInput(r, name, ""))
 	if v.Action != routeForward {
 		return false
 	}
-	d.forward(w, r, v.To, body)
+	if d.forward(w, r, v.To, body, true) {
+		return true
+	}
+	// Nothing reached v.To (its dial failed): it has stopped, or its lease
+	// is stale in this node's view (a drained node is seen gone at the
+	// next listing). Nothing was applied, so the request is routed once
+	// more without it (it may be served here) rather than refused.
+	v = decideRoute(d.routeInput(r, name, v.To.Name))
+	if v.Action != routeForward {
+		return false
+	}
+	d.forward(w, r, v.To, body, false)
 	return true
 }
 
@@ -190,13 +206,13 @@ func (d *Daemon) reroute(w http.ResponseWriter, r *http.Request, body []byte, er
 	if holder, ok = d.trustedPeer(holder.Name); !ok && d.cfg.FleetSecret != "" {
 		return false
 	}
-	in := d.routeInput(r, r.PathValue("cell"))
+	in := d.routeInput(r, r.PathValue("cell"), "")
 	in.Holder = holder
 	v := decideRoute(in)
 	if v.Action != routeForward {
 		return false
 	}
-	d.forward(w, r, v.To, body)
+	d.forward(w, r, v.To, body, false)
 	return true
 }
 
@@ -344,7 +360,12 @@ func (d *Daemon) peerClient() *http.Client {
 // route, the peer refused this node's secret) is DEED-E013, not applied;
 // sent without an answer is, for an append, DEED-E012 (applied unknown:
 // the owner may have written it), for a read DEED-E013.
-func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body []byte) {
+//
+// With mayDecline, a request that never reached the peer (its dial failed:
+// nothing was sent, so nothing was applied) is not answered: forward
+// reports false and the caller routes it otherwise. Otherwise it reports
+// true: it answered.
+func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body []byte, mayDecline bool) bool {
 	hops := 1
 	if p, ok := peerOf(r.Context()); ok {
 		hops = p.hops + 1
@@ -367,12 +388,12 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		// advertises; routing chose from those, so this is a view that
 		// changed under it.
 		d.forwardFailed(w, r, to, write, false, errcode.Errorf(errcode.CodePeer, "node %s at %s is not a verified member of this fleet now", to.Name, to.Addr))
-		return
+		return true
 	}
 	pr, err := d.newPeerRequest(ctx, to.Name, to.Addr, r.Method, path, body)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, false, err)
-		return
+		return true
 	}
 	pr.req.Header.Set(headerHops, strconv.Itoa(hops))
 	if ct := r.Header.Get("Content-Type"); ct != "" {
@@ -383,14 +404,19 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	}
 	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
+		if mayDecline && !sent.Load() && r.Context().Err() == nil {
+			d.hints.drop(r.PathValue("cell"))
+			d.m.forwards.WithLabelValues("rerouted").Inc()
+			return false
+		}
 		d.forwardFailed(w, r, to, write, sent.Load(), err)
-		return
+		return true
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		d.forwardFailed(w, r, to, write, true, err)
-		return
+		return true
 	}
 	if !answerVerified(d.peers.key, nonce, resp, raw) {
 		// Not proved by a holder of the fleet secret: not relayed, and
@@ -400,14 +426,14 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 		// vouch for.
 		d.m.forwards.WithLabelValues("unverified").Inc()
 		d.forwardFailed(w, r, to, write, true, errcode.Errorf(errcode.CodePeer, "its answer (%s) carries no valid peer proof: not believed", resp.Status))
-		return
+		return true
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		// A member's proved 401: its guard refused the proof before any
 		// handler ran (clock skew beyond the window, or a replay).
 		d.m.forwards.WithLabelValues("refused").Inc()
 		writeError(w, errcode.Errorf(errcode.CodePeer, "cell %s: node %s at %s refused this node's request as a peer's (401); not applied, retry", r.PathValue("cell"), to.Name, to.Addr))
-		return
+		return true
 	}
 	d.m.forwards.WithLabelValues("ok").Inc()
 	if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
@@ -427,6 +453,7 @@ func (d *Daemon) forward(w http.ResponseWriter, r *http.Request, to member, body
 	h.Add(headerForwardedBy, d.cfg.Node)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(raw)
+	return true
 }
 
 // forwardFailed answers a forward that got no answer: sent says the

@@ -421,3 +421,37 @@ func TestHolderHintSparesRefusedClaims(t *testing.T) {
 		t.Fatalf("a tried %s claims of the cell b holds, want 1", v)
 	}
 }
+
+// A request routed to a member that cannot be dialled (it stopped, and
+// this node's view of the leases has not seen it go yet) never reached it,
+// so nothing was applied: it is routed once more without that member and
+// served, not refused with DEED-E013. (A holder that cannot be dialled is
+// still DEED-E013: TestForwardAnswersTellTheTruth.)
+func TestForwardToAStoppedMemberIsRoutedAgain(t *testing.T) {
+	m := fakes3.NewMem()
+	front := httptest.NewServer(http.NotFoundHandler())
+	addr := "http://" + front.Listener.Addr().String()
+	front.Close() // nothing listens at b's address from now on
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	startFleetNode(t, m.Client("b"), "b", testSecret, addr, APIConfig{})
+	if err := a.d.node.Observer().Refresh(t.Context()); err != nil || len(a.d.members()) != 2 {
+		t.Fatalf("a sees %v (%v)", a.d.members(), err)
+	}
+	var cell string
+	for i := 0; cell == ""; i++ {
+		if mb, _ := preferred(fmt.Sprint("cell-", i), a.d.members()); mb.Name == "b" {
+			cell = fmt.Sprint("cell-", i)
+		}
+	}
+	got := send(t, "POST", a.srv.URL+"/v1/cells/"+cell+"/append", "x")
+	if got.status != 200 || got.hdr.Get(HeaderNode) != "a" || got.body["pos"] != 1.0 {
+		t.Fatalf("append of a cell placed on a stopped member: %+v, want 200 served by a", got)
+	}
+	got = send(t, "GET", a.srv.URL+"/v1/cells/"+cell+"/records?barrier=true", "")
+	if got.status != 200 || len(got.body["records"].([]any)) != 1 {
+		t.Fatalf("barrier read: %+v", got)
+	}
+	if v := metricValue(t, a.d, `deed_forwarded_total{result="rerouted"}`); v != "1" {
+		t.Errorf("rerouted forwards: %s, want 1", v)
+	}
+}
