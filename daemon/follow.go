@@ -95,7 +95,8 @@ func (d *Daemon) readWaiting(w http.ResponseWriter, r *http.Request, name string
 // whether it answered. The holder is the hint of a recent forward, else
 // the ownership record's (one GET). A read a peer forwarded, a cell held
 // here or by nobody, or a holder that is not a verified member is served
-// here. The forwarded wait is cut to peerMaxWait.
+// here, and so is one whose holder cannot be dialled. The forwarded wait
+// is cut to peerMaxWait.
 func (d *Daemon) forwardWait(w http.ResponseWriter, r *http.Request, name string, wait time.Duration) bool {
 	if d.cfg.FleetSecret == "" || owner.ValidateName("cell", name) != nil || d.held(name) != nil {
 		return false
@@ -132,8 +133,7 @@ func (d *Daemon) forwardWait(w http.ResponseWriter, r *http.Request, name string
 		u.RawQuery = q.Encode()
 		r.URL = &u
 	}
-	d.forward(w, r, to, nil)
-	return true
+	return d.forward(w, r, to, nil, true) // a holder that cannot be dialled: served here
 }
 
 // tailCell is GET /v1/cells/{cell}/tail: where the log ends, answered by
