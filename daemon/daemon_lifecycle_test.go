@@ -129,8 +129,12 @@ func TestFailedGiveBackAfterOpenIsLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer closeOK(t, d)
+		// A cell released at epoch 1: epoch 2's log must fence (epoch 1's
+		// opens without a request). The claim's create-only guess is
+		// refused, its If-Match PUT lands, the give-back fails.
+		m.Set(owner.CellKey("c"), []byte(`{"node":"","epoch":1,"nonce":"n","at_ms":1}`))
 		rmLog := m.Inject(fakes3.Rule{Client: "a", KeyPrefix: replication.LogPrefix("c"), Fault: fakes3.ErrBefore})
-		rmRec := m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.CellKey("c"), Skip: 1, Fault: fakes3.ErrBefore})
+		rmRec := m.Inject(fakes3.Rule{Client: "a", Op: fakes3.OpPut, Key: owner.CellKey("c"), Skip: 2, Fault: fakes3.ErrBefore})
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		_, err = d.acquire(ctx, "c", false)
 		cancel()
@@ -139,7 +143,7 @@ func TestFailedGiveBackAfterOpenIsLogged(t *testing.T) {
 		}
 		rmLog()
 		rmRec()
-		if got := buf.String(); !strings.Contains(got, `level=WARN msg="giving the cell back after its log failed to open failed" cell=c epoch=1`) {
+		if got := buf.String(); !strings.Contains(got, `level=WARN msg="giving the cell back after its log failed to open failed" cell=c epoch=2`) {
 			t.Errorf("no warning for the failed give-back:\n%s", got)
 		}
 	})

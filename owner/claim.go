@@ -105,6 +105,10 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			if cur.DataEpoch, err = newestDataEpoch(ctx, n.b, cell); err != nil {
 				return nil, "", errcode.Wrap(err, "claim %s", cell)
 			}
+			// Epoch 1 writes without an announcement (its claim created
+			// own.json, see replication.Open), so a log that shows no
+			// epoch may still have a live epoch 1: never claim it again.
+			cur.DataEpoch = max(cur.DataEpoch, 1)
 		}
 		if brokenWallClockDeath {
 			owner = judgeByWallClock(owner, now, n.cfg.WallClock())
@@ -159,7 +163,11 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			}
 			newETag = got
 		}
-		l := n.mint(cell, rec, newETag)
+		var prev *PrevEnd
+		if cur.Exists && !cur.Corrupt && cur.Record.Released() && cur.Record.End != nil && rec.Epoch == cur.Record.Epoch+1 {
+			prev = &PrevEnd{Epoch: cur.Record.Epoch, End: *cur.Record.End}
+		}
+		l := n.mint(cell, rec, newETag, !cur.Exists, prev)
 		if err := l.Err(); err != nil {
 			// The record names this node at rec.Epoch, but the node stopped
 			// acting before the claim landed; peers take the cell over once
@@ -228,8 +236,8 @@ func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, st
 // ended every lease it held, and peers may call it dead from then on: the
 // new lease is born ended, with the node's error, never added to the held
 // leases that nothing would end any more.
-func (n *Node) mint(cell string, rec Record, etag string) *Lease {
-	l := &Lease{cell: cell, epoch: rec.Epoch, nonce: rec.Nonce, etag: etag, rel: n, minted: true}
+func (n *Node) mint(cell string, rec Record, etag string, created bool, prev *PrevEnd) *Lease {
+	l := &Lease{cell: cell, epoch: rec.Epoch, nonce: rec.Nonce, etag: etag, rel: n, minted: true, created: created}
 	n.mu.Lock()
 	if ferr := n.ferr; ferr != nil {
 		n.mu.Unlock()
@@ -238,6 +246,12 @@ func (n *Node) mint(cell string, rec Record, etag string) *Lease {
 	}
 	old := n.held[cell]
 	n.held[cell] = l
+	if prev != nil {
+		if n.prevEnds == nil {
+			n.prevEnds = map[*Lease]PrevEnd{}
+		}
+		n.prevEnds[l] = *prev
+	}
 	n.hints.drop(cell) // the lease knows its ETag while it is held
 	n.mu.Unlock()
 	if old != nil {
@@ -251,6 +265,11 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	defer l.markReleasing()()
 	key := CellKey(l.cell)
 	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
+	n.mu.Lock()
+	if e, ok := n.sealedAt[l]; ok {
+		rec.End = &e
+	}
+	n.mu.Unlock()
 	etag, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
 	switch {
 	case err == nil:
@@ -278,7 +297,7 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	// Remembered before the lease ends, so that this node's next claim of
 	// the cell is one If-Match PUT on the version its release wrote.
 	n.mu.Lock()
-	n.hints.note(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch}, false)
+	n.hints.note(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch, End: rec.End}, false)
 	n.mu.Unlock()
 	l.end(errcode.Errorf(errcode.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
 	n.log.Info("released", "cell", l.cell, "epoch", l.epoch)

@@ -168,7 +168,11 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 		n.hints.unknownWas(false)
 	}
 	n.mu.Unlock()
-	l = n.mint(cell, rec, newETag)
+	var prev *PrevEnd
+	if d.Action == Take && h.End != nil && rec.Epoch == h.Epoch+1 {
+		prev = &PrevEnd{Epoch: h.Epoch, End: *h.End}
+	}
+	l = n.mint(cell, rec, newETag, d.Action == Create, prev)
 	if err := l.Err(); err != nil {
 		return nil, d.Reason, errcode.Wrap(err, "claim %s", cell), true
 	}

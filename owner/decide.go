@@ -109,6 +109,8 @@ type Hint struct {
 	// (Released at epoch Epoch), "" when the node did not release the cell.
 	ReleasedETag string
 	Epoch        uint64
+	// End is the chain end that release recorded (nil: none).
+	End *End
 }
 
 // Guess is the claim a node may try before it reads own.json, as a pure

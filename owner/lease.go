@@ -40,6 +40,9 @@ type Lease struct {
 	// minted is set by the claim that made the lease; a zero Lease is
 	// invalid.
 	minted bool
+	// created is set when the claim created own.json (If-None-Match):
+	// no epoch of the cell came before this one.
+	created bool
 	// ended is set once the lease has ended and its node forgot it: from
 	// then on Done is closed.
 	ended bool
@@ -57,6 +60,48 @@ func (l *Lease) Node() string {
 		return ""
 	}
 	return l.rel.cfg.Name
+}
+
+// Created reports whether the claim that made the lease created the cell's
+// ownership record (a create-only PUT that succeeded): the lease is epoch 1
+// and no claim of the cell came before it, so its log has no predecessor
+// to fence (see replication.Open).
+func (l *Lease) Created() bool { return l != nil && l.minted && l.created }
+
+// NoteEnd records that the lease's log sealed its chain end at slot txid
+// (the seal's position pos), for the lease's release to write into
+// own.json: the next epoch then reads that seal instead of listing and
+// walking the log (see Record.End). Only a seal whose write is known to
+// have landed may be noted.
+func (l *Lease) NoteEnd(txid, pos uint64) {
+	if l == nil || !l.minted || l.rel == nil {
+		return
+	}
+	n := l.rel
+	n.mu.Lock()
+	if n.held[l.cell] == l {
+		if n.sealedAt == nil {
+			n.sealedAt = map[*Lease]End{}
+		}
+		n.sealedAt[l] = End{TxID: txid, Pos: pos}
+	}
+	n.mu.Unlock()
+}
+
+// TakePrevEnd returns, once, the predecessor's chain end the lease's claim
+// learned: the claim replaced (If-Match) a release by epoch Epoch−1 that
+// recorded its sealed end. ok is false otherwise, and on every later call.
+// It is a hint: the log reads the seal it names before trusting it.
+func (l *Lease) TakePrevEnd() (p PrevEnd, ok bool) {
+	if l == nil || !l.minted || l.rel == nil {
+		return PrevEnd{}, false
+	}
+	n := l.rel
+	n.mu.Lock()
+	p, ok = n.prevEnds[l]
+	delete(n.prevEnds, l)
+	n.mu.Unlock()
+	return p, ok
 }
 
 // Token is the claim's nonce: unique per claim, so it identifies the writer

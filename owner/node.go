@@ -96,9 +96,15 @@ type Node struct {
 	incarnation string
 	obs         *Observer
 
-	mu       sync.Mutex
-	held     map[string]*Lease
-	hints    hintTable // cells not held, for a claim's first write (claimFirst)
+	mu    sync.Mutex
+	held  map[string]*Lease
+	hints hintTable // cells not held, for a claim's first write (claimFirst)
+	// sealedAt is the chain end a held lease's log sealed (Lease.NoteEnd),
+	// for its release to record; prevEnds is the predecessor's chain end
+	// a lease's claim learned, until its log takes it (Lease.TakePrevEnd).
+	// Both are dropped when the lease ends.
+	sealedAt map[*Lease]End
+	prevEnds map[*Lease]PrevEnd
 	opened   bool
 	closed   bool
 	draining bool
@@ -712,6 +718,8 @@ func (n *Node) releaseNodeLease(ctx context.Context) error {
 // forget drops l from the held map if it is still the lease for its cell.
 func (n *Node) forget(l *Lease) {
 	n.mu.Lock()
+	delete(n.sealedAt, l)
+	delete(n.prevEnds, l)
 	if n.held[l.cell] == l {
 		delete(n.held, l.cell)
 		if n.ferr == nil {

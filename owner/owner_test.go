@@ -467,3 +467,17 @@ func TestForcedClaimIgnoresStrayLogKeys(t *testing.T) {
 		t.Fatalf("forced claim: %v, epoch %d (want 9: above the announced epoch 8)", err, l.Epoch())
 	}
 }
+
+// A forced claim of a corrupt record over a log that shows no epoch goes to
+// epoch 2, never 1: epoch 1 writes without announcing (its claim created
+// own.json), so a first owner that has not written yet would otherwise
+// share its epoch with the forced claim.
+func TestForcedClaimOverEmptyLogSkipsEpoch1(t *testing.T) {
+	m := fakes3.NewMem()
+	m.Set(owner.CellKey("c"), []byte("not json"))
+	a := newNode(t, m, "a")
+	l, err := a.Claim(t.Context(), "c", owner.ClaimOptions{Force: true})
+	if err != nil || l.Epoch() != 2 || l.Created() {
+		t.Fatalf("forced claim: %v, epoch %d, created %v (want epoch 2, not created)", err, l.Epoch(), l.Created())
+	}
+}

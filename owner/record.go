@@ -54,6 +54,26 @@ type Record struct {
 	Nonce string `json:"nonce"`
 	AtMS  int64  `json:"at_ms"`
 	Inc   string `json:"inc,omitempty"`
+	// End, on a release, is where the releasing epoch's chain ended: the
+	// slot and position of the seal its log's Close wrote. It is only a
+	// hint for the next epoch's log, which reads that seal before it
+	// trusts it (see PrevEnd).
+	End *End `json:"end,omitempty"`
+}
+
+// End is a slot of a cell's log (txid) and the position its first record
+// would have had: where a sealed chain ended.
+type End struct {
+	TxID uint64 `json:"txid"`
+	Pos  uint64 `json:"pos"`
+}
+
+// PrevEnd is what a lease knows of its predecessor's chain end: epoch
+// Epoch released the cell with its chain sealed at End, and the lease's
+// claim replaced exactly that release (If-Match), at epoch Epoch+1.
+type PrevEnd struct {
+	Epoch uint64
+	End   End
 }
 
 // Released reports whether the record names no owner.

@@ -106,6 +106,15 @@ const (
 	brokenForgetKeys = false
 	brokenReplayPos  = false
 	brokenStaleMatch = false
+
+	// brokenNoImplicitEpoch1: epoch 1 still writes without announcing,
+	// but listings count it announced only by its marker or files, so a
+	// successor's walk does not tombstone its first slot.
+	brokenNoImplicitEpoch1 = false
+
+	// brokenTrustEnd: the next epoch starts at the chain end a release
+	// recorded in own.json without checking the seal there.
+	brokenTrustEnd = false
 )
 
 // brokenOnly is the panic of the functions below in a release build, where

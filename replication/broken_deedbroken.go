@@ -40,7 +40,18 @@ var (
 	brokenForgetKeys           bool
 	brokenReplayPos            bool
 	brokenStaleMatch           bool
+	brokenNoImplicitEpoch1     bool
+	brokenTrustEnd             bool
 )
+
+// SetBrokenTrustEnd makes the next epoch start at the chain end a release
+// recorded without reading the seal there (broken.go).
+func SetBrokenTrustEnd(on bool) (restore func()) { return set(&brokenTrustEnd, on) }
+
+// SetBrokenNoImplicitEpoch1 makes listings count epoch 1 announced only
+// by its marker or files, while epoch 1 still writes without announcing
+// (broken.go).
+func SetBrokenNoImplicitEpoch1(on bool) (restore func()) { return set(&brokenNoImplicitEpoch1, on) }
 
 // SetBrokenForgetKeys makes a new owner skip learning its predecessors'
 // idempotency keys (broken.go).

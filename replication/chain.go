@@ -212,6 +212,15 @@ func (s *store) listLog(ctx context.Context) (listing, error) {
 	return parseListing(prefix, page.Objects), nil
 }
 
+// implicitEpoch1: every listing counts epoch 1 announced, marker or not.
+// Epoch 1 is claimed only by creating own.json, so it has no predecessor,
+// and its log starts writing at slot 1 without an announcement, a re-check
+// or a walk (Open): the create-only PUT of its first slot is its fence.
+// A successor's walk therefore scans slot 1 of epoch 1 at the origin like
+// any announced epoch's: it finds epoch 1's records there, or tombstones
+// the slot so that a late first write of epoch 1 is refused. A reader
+// scans it too: a missing slot costs one GET and is skipped.
+//
 // parseListing makes a listing of the objects of a whole LIST of the log
 // prefix.
 func parseListing(prefix string, objects []bucket.Info) listing {
@@ -238,6 +247,9 @@ func parseListing(prefix string, objects []bucket.Info) listing {
 		} else {
 			l.files = append(l.files, f)
 		}
+	}
+	if !brokenNoImplicitEpoch1 {
+		epochs[1] = true // see implicitEpoch1
 	}
 	for e := range epochs {
 		l.announced = append(l.announced, e)

@@ -79,8 +79,8 @@
 //  2. it reads own.json again: an epoch above E means E is fenced, and it
 //     writes nothing;
 //  3. it LISTs ltx/: the announced epochs (those with a marker, and, for
-//     buckets written before markers, those holding any file) and where
-//     the newest records are;
+//     buckets written before markers, those holding any file, and epoch 1
+//     always) and where the newest records are;
 //  4. it finds D, the newest epoch below E with data, walks D's chain to
 //     its end slot T (its first missing txid), creates a seal at e<D>/<T>,
 //     and a tombstone at e<X>/<T> for every announced epoch of that LIST
@@ -90,7 +90,12 @@
 //     new T); a seal or tombstone by someone else is accepted as the end;
 //  5. its own chain starts at T.
 //
-// An epoch that never announces never writes. One that announces after
+// Epoch 1, whose claim created own.json, has no predecessor: its first Open
+// skips all of this and writes slot 1 at once. Since every LIST counts it
+// announced, a successor's walk tombstones its slot 1 unless its record is
+// there first, so the create-only PUT of that slot is epoch 1's fence.
+//
+// Any other epoch that never announces never writes. One that announces after
 // E's LIST announced after E's claim, so its re-check (step 2) sees E and
 // it never writes either. So every epoch that can still write at T is in
 // E's LIST, and gets a tombstone there or shows its record.

@@ -13,8 +13,11 @@ import (
 const maxFenceAttempts = 5
 
 // fence announces E, checks that E is still the cell's newest epoch, seals
-// the predecessors and returns where E's chain starts.
-func (l *Log) fence(ctx context.Context) (Head, error) {
+// the predecessors and returns where E's chain starts. With prev (ok), the
+// lease's claim replaced epoch E−1's release, which recorded where its
+// chain was sealed: after the announcement and the re-check, one read of
+// that seal replaces the LIST and the walk (see sealedEnd).
+func (l *Log) fence(ctx context.Context, prev owner.PrevEnd, ok bool) (Head, error) {
 	if brokenRecheckFirst {
 		if err := l.recheck(ctx); err != nil {
 			return Head{}, err
@@ -26,6 +29,12 @@ func (l *Log) fence(ctx context.Context) (Head, error) {
 	if !brokenNoRecheck && !brokenRecheckFirst {
 		if err := l.recheck(ctx); err != nil {
 			return Head{}, err
+		}
+	}
+	if ok && prev.Epoch+1 == l.epoch {
+		h, found, err := l.sealedEnd(ctx, prev)
+		if err != nil || found {
+			return h, err
 		}
 	}
 	var err error
@@ -52,6 +61,34 @@ func (l *Log) fence(ctx context.Context) (Head, error) {
 		l.s.cfg.logger.Info("fencing walk raced with GC; starting again", "cell", l.s.cell, "epoch", l.epoch)
 	}
 	return Head{}, errcode.Errorf(errcode.CodeUnavailable, "fence predecessors: %w", err)
+}
+
+// sealedEnd checks the chain end a release recorded: epoch D = E−1 (whose
+// release E's claim replaced with If-Match, so no epoch lies between) says
+// its log sealed its chain at slot T, position P. The record is only a
+// hint (anyone who can write own.json can write it), so the slot is read:
+// a seal or tombstone at e<D>/<T> with position P is the end of D's chain,
+// and since D's own fencing walk had sealed every epoch before it and D
+// released with If-Match on its claim (nobody claimed in between), no
+// epoch below E can write at T or after it. E starts at T. Anything else
+// (missing, records, another position) is found false: walk as usual.
+func (l *Log) sealedEnd(ctx context.Context, prev owner.PrevEnd) (Head, bool, error) {
+	t, p := TxID(prev.End.TxID), Pos(prev.End.Pos)
+	if t == 0 || p == 0 {
+		return Head{}, false, nil
+	}
+	f, _, err := l.s.read(ctx, SlotKey(l.s.cell, prev.Epoch, t))
+	if err != nil {
+		return Head{}, false, err
+	}
+	if !brokenTrustEnd && (f == nil || !f.Kind.fences() || f.Epoch != prev.Epoch || f.TxID != t || f.Pos != p) {
+		l.s.cfg.logger.Info("the released chain end is not sealed as recorded; walking", "cell", l.s.cell, "epoch", l.epoch, "end_epoch", prev.Epoch, "txid", uint64(t))
+		return Head{}, false, nil
+	}
+	if f != nil {
+		l.noteTS(f)
+	}
+	return Head{Next: t, NextPos: p}, true, nil
 }
 
 // noteTS raises the log's timestamp floor to f's: a file the fencing walk

@@ -286,6 +286,9 @@ func (l *Log) close(ctx context.Context) error {
 			return errcode.Wrap(err, "close log %s epoch %d: seal", l.s.cell, l.epoch)
 		}
 		if theirs == nil {
+			// The release records it, so that the next epoch reads this
+			// seal instead of listing and walking the log (Record.End).
+			l.lease.NoteEnd(uint64(next), uint64(pos))
 			l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
 			return nil
 		}

@@ -82,6 +82,10 @@ type indexEntry struct {
 var (
 	openMu   sync.Mutex
 	openLogs = map[*owner.Lease]*Log{}
+	// openedOnce holds the created leases (Lease.Created) whose log was
+	// opened, until the lease ends: only a lease's first Open may skip
+	// the fencing walk.
+	openedOnce = map[*owner.Lease]bool{}
 )
 
 var (
@@ -110,6 +114,11 @@ var (
 //     reading it: a record means that epoch has data, so the walk follows
 //     it to its new end; a seal or tombstone someone else wrote is accepted.
 //
+// A lease whose claim created own.json (owner.Lease.Created: epoch 1, no
+// predecessor) skips all four steps on its first Open, which sends no
+// request: every listing counts epoch 1 announced, so a successor's walk
+// tombstones its slot 1 unless epoch 1's record is there first.
+//
 // An epoch that never announced (a lock-only claim, or a claimer that died
 // before step 1) never writes, so it needs nothing. One that announces after
 // E's LIST announced after E's claim, so its own step 2 sees E and it never
@@ -134,9 +143,31 @@ func Open(ctx context.Context, b bucket.Bucket, lease *owner.Lease, opts ...Opti
 		epoch: lease.Epoch(),
 	}
 	openLogs[lease] = l
+	first := !openedOnce[lease]
+	if first && lease.Created() {
+		openedOnce[lease] = true
+		lease.AfterEnd(func() {
+			openMu.Lock()
+			delete(openedOnce, lease)
+			openMu.Unlock()
+		})
+	}
 	openMu.Unlock()
 
-	h, err := l.fence(ctx)
+	var h Head
+	var err error
+	if first && lease.Created() && lease.Epoch() == 1 {
+		// The claim created own.json: no epoch came before this one, so
+		// there is nothing to fence, and a successor treats epoch 1 as
+		// announced whether or not it has a marker (see listLog), so its
+		// walk tombstones slot 1 here if this log has not written it.
+		// The chain starts at slot 1. Only the lease's first Open: a
+		// later one may follow this log's own records or seal.
+		h = Head{Next: 1, NextPos: 1}
+	} else {
+		prev, ok := lease.TakePrevEnd()
+		h, err = l.fence(ctx, prev, ok)
+	}
 	if err != nil {
 		forget(l)
 		return nil, errcode.Wrap(err, "open log %s epoch %d", lease.Cell(), lease.Epoch())

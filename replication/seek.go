@@ -163,6 +163,9 @@ func (s *store) listEpochs(ctx context.Context, first bucket.ListPage) (ann *ann
 	}
 	slices.Sort(withFiles)
 	withFiles = slices.Compact(withFiles) // a store may repeat prefixes across pages
+	if !brokenNoImplicitEpoch1 {
+		epochs[1] = true // see implicitEpoch1
+	}
 	ann = &announced{}
 	for e := range epochs {
 		ann.epochs = append(ann.epochs, e)

@@ -265,3 +265,11 @@ func TestBrokenReplayPos(t *testing.T) {
 func TestBrokenStaleMatch(t *testing.T) {
 	catch(t, replication.SetBrokenStaleMatch, 0, "match_pos")
 }
+
+// Epoch 1 writes without announcing (its claim created own.json), but
+// listings count it announced only by its files: a successor's walk does
+// not tombstone its first slot, and a stalled epoch 1 writes there after
+// the successor's records were acknowledged.
+func TestBrokenNoImplicitEpoch1(t *testing.T) {
+	catch(t, replication.SetBrokenNoImplicitEpoch1, 0, "")
+}
