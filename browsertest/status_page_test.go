@@ -463,17 +463,24 @@ func waitFleetSeen(t *testing.T, base string, counts map[string]int) {
 		}
 		var s struct {
 			Nodes []struct {
-				Node  string `json:"node"`
-				Alive bool   `json:"alive"`
-				Cells int    `json:"cells"`
+				Node     string `json:"node"`
+				Alive    bool   `json:"alive"`
+				Released bool   `json:"released"`
+				Cells    int    `json:"cells"`
 			} `json:"nodes"`
 		}
 		if err := json.Unmarshal(b, &s); err != nil {
 			return fmt.Sprintf("%s/v1/status: %v: %s", base, err, b)
 		}
-		alive, cells := map[string]bool{}, map[string]int{}
+		alive, cells, released := map[string]bool{}, map[string]int{}, map[string]bool{}
 		for _, n := range s.Nodes {
-			alive[n.Node], cells[n.Node] = n.Alive, n.Cells
+			alive[n.Node], cells[n.Node], released[n.Node] = n.Alive, n.Cells, n.Released
+		}
+		// A node learns of other leases from its listing of nodes/, once
+		// per renewal interval: worker-1's released lease is on the page
+		// only once a listing has seen it.
+		if !released["worker-1"] {
+			return fmt.Sprintf("%s does not see worker-1's lease released yet: %s", base, b)
 		}
 		for _, n := range nodes {
 			if !alive[n] {
