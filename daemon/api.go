@@ -26,6 +26,9 @@ import (
 const (
 	DefaultMaxBody  = 1 << 20
 	DefaultMaxLimit = 1000
+	// DefaultMaxWaitingReads bounds the reads (?wait=) a node keeps
+	// waiting at once: each holds its connection and one goroutine.
+	DefaultMaxWaitingReads = 4096
 )
 
 // APIConfig bounds and guards the HTTP API.
@@ -37,6 +40,9 @@ type APIConfig struct {
 	MaxBody int64
 	// MaxLimit bounds ?limit on reads.
 	MaxLimit int
+	// MaxWaitingReads bounds the reads with ?wait= waiting at once on this
+	// node; one more is refused with DEED-E014.
+	MaxWaitingReads int
 	// Node names this node in the Deed-Node header of every answer;
 	// Daemon.Handler sets it from Config.Node.
 	Node string
@@ -75,6 +81,9 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 		cfg.Node = d.cfg.Node
 	}
 	cfg.peers = d.peers
+	if cfg.MaxWaitingReads <= 0 {
+		cfg.MaxWaitingReads = DefaultMaxWaitingReads
+	}
 	if h := advertiseHost(d.cfg.Advertise); h != "" {
 		cfg.Hosts = append(slices.Clip(cfg.Hosts), h)
 	}
@@ -96,7 +105,10 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/release", d.releaseCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
 	mux.HandleFunc("POST /v1/cells/{cell}/batch", func(w http.ResponseWriter, r *http.Request) { d.appendBatch(w, r, cfg.MaxBody) })
-	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit) })
+	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit, cfg.MaxWaitingReads) })
+	mux.HandleFunc("GET /v1/cells/{cell}/tail", d.tailCell)
+	mux.HandleFunc("PUT /v1/cells/{cell}/snapshot", d.putSnapshot)
+	mux.HandleFunc("GET /v1/cells/{cell}/snapshot", d.getSnapshot)
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
@@ -491,7 +503,7 @@ func (d *Daemon) appendRecords(w http.ResponseWriter, r *http.Request, body []by
 	writeJSONStatus(w, http.StatusOK, client.AppendResult{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), Pos: uint64(res.FirstPos), TS: res.TS})
 }
 
-func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) {
+func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit, maxWaiting int) {
 	name := r.PathValue("cell")
 	if err := owner.ValidateName("cell", name); err != nil {
 		writeError(w, err)
@@ -513,7 +525,24 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit int) 
 		writeError(w, err)
 		return
 	}
-	recs, done, err := d.readRecords(w, r, name, replication.Pos(after), int(limit), barrier)
+	wait, err := waitParam(q.Get("wait"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if wait > 0 {
+		if n := d.waiting.Add(1); n > int64(maxWaiting) {
+			d.waiting.Add(-1)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, errcode.Errorf(errcode.CodeBusy, "read %s with wait: this node (%s) already serves %d waiting reads (--max-waiting-reads); retry later, through another node, or without ?wait=", name, d.cfg.Node, maxWaiting))
+			return
+		}
+		defer d.waiting.Add(-1)
+		if d.forwardWait(w, r, name, wait) {
+			return
+		}
+	}
+	recs, done, err := d.readWaiting(w, r, name, replication.Pos(after), int(limit), barrier, wait)
 	if done {
 		return
 	}
@@ -598,12 +627,14 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusForbidden
 	case errcode.CodeHeld, errcode.CodeSuperseded, errcode.CodeReleased, errcode.CodeNotHolder:
 		return http.StatusConflict
-	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer:
+	case errcode.CodeNodeFenced, errcode.CodeContract, errcode.CodeUnavailable, errcode.CodeAmbiguous, errcode.CodePeer, errcode.CodeBusy:
 		return http.StatusServiceUnavailable
 	case errcode.CodePosMismatch:
 		return http.StatusPreconditionFailed
 	case errcode.CodeKeyReused:
 		return http.StatusUnprocessableEntity
+	case errcode.CodeNoSnapshot:
+		return http.StatusNotFound
 	default:
 		return http.StatusInternalServerError
 	}

@@ -97,6 +97,8 @@ type Daemon struct {
 
 	hints  holderHints  // which peer served a cell lately, for routing
 	unable unableCounts // requests forwarded because this node could not serve them
+	// waiting counts the reads with ?wait= under way (APIConfig.MaxWaitingReads).
+	waiting atomic.Int64
 
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
@@ -178,6 +180,9 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	}
 	if cfg.API.MaxBody == 0 {
 		cfg.API.MaxBody = DefaultMaxBody
+	}
+	if cfg.API.MaxWaitingReads == 0 {
+		cfg.API.MaxWaitingReads = DefaultMaxWaitingReads
 	}
 	if cfg.API.MaxLimit == 0 {
 		cfg.API.MaxLimit = DefaultMaxLimit

@@ -27,7 +27,7 @@ type testDaemon struct {
 	srv *httptest.Server
 }
 
-func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api APIConfig) *testDaemon {
+func startTestDaemon(t testing.TB, b bucket.Bucket, node string, api APIConfig) *testDaemon {
 	t.Helper()
 	if api.MaxBody == 0 {
 		api.MaxBody = 1 << 20
@@ -44,7 +44,7 @@ func startTestDaemon(t *testing.T, b bucket.Bucket, node string, api APIConfig) 
 	return td
 }
 
-func (td *testDaemon) stop(t *testing.T) {
+func (td *testDaemon) stop(t testing.TB) {
 	t.Helper()
 	td.srv.Close()
 	closeOK(t, td.d)

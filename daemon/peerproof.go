@@ -46,9 +46,10 @@ import (
 // forwarded append whose answer is not believed is answered applied
 // "unknown" (DEED-E012), as it may have been applied.
 //
-// A proof opens only what peers need: the forwarded append and read, and
-// the handoff (peerEndpoint). Everything else (claim, release, move,
-// drain, status, metrics) needs the client's bearer token.
+// A proof opens only what peers need: the forwarded append, batch,
+// snapshot and read (records, tail), and the handoff (peerEndpoint).
+// Everything else (claim, release, move, drain, status, metrics) needs the
+// client's bearer token.
 
 const (
 	// headerPeerProof carries a peer request's proof:
@@ -192,7 +193,8 @@ func SignPeerRequest(req *http.Request, secret, from, to string, body []byte) {
 }
 
 // peerEndpoint reports whether a peer proof may open r's endpoint: a
-// forwarded append or read of a cell, or a handoff.
+// forwarded append, batch, snapshot or read of a cell (its records or its
+// tail), or a handoff.
 func peerEndpoint(r *http.Request) bool {
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/cells/")
 	if !ok {
@@ -203,10 +205,12 @@ func peerEndpoint(r *http.Request) bool {
 		return false
 	}
 	switch op {
-	case "append", "handoff":
+	case "append", "batch", "handoff":
 		return r.Method == http.MethodPost
-	case "records":
+	case "records", "tail":
 		return r.Method == http.MethodGet
+	case "snapshot":
+		return r.Method == http.MethodPut
 	}
 	return false
 }

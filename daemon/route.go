@@ -599,12 +599,19 @@ func (d *Daemon) forwardFailed(w http.ResponseWriter, r *http.Request, to member
 // which depends on whether anybody holds it: one GET of its record, on
 // this refusal's path only.
 func (d *Daemon) notHeldForBarrier(ctx context.Context, name string) error {
+	return d.notHeldFor(ctx, "read "+name+" with barrier", name, "read without barrier, or ask its holder", ", or read without barrier")
+}
+
+// notHeldFor is notHeldForBarrier for what (a barrier read, a tail):
+// instead is the advice when the holder is unknown, orNot the one added
+// when nobody holds the cell.
+func (d *Daemon) notHeldFor(ctx context.Context, what, name, instead, orNot string) error {
 	rec, exists, err := owner.Inspect(ctx, d.b, name)
 	switch {
 	case err != nil:
-		return errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: this node (%s) does not hold the cell (who does is unknown: %v); read without barrier, or ask its holder", name, d.cfg.Node, err)
+		return errcode.Errorf(errcode.CodeNotHolder, "%s: this node (%s) does not hold the cell (who does is unknown: %v); %s", what, d.cfg.Node, err, instead)
 	case !exists || rec.Released():
-		return errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: nobody holds it: append or claim first (a barrier read is served by the cell's holder), or read without barrier", name)
+		return errcode.Errorf(errcode.CodeNotHolder, "%s: nobody holds it: append or claim first (it is served by the cell's holder)%s", what, orNot)
 	}
-	return errcode.Errorf(errcode.CodeNotHolder, "read %s with barrier: node %s holds it at epoch %d, not this node (%s): ask it, or give the nodes a fleet secret so that they forward", name, rec.Node, rec.Epoch, d.cfg.Node)
+	return errcode.Errorf(errcode.CodeNotHolder, "%s: node %s holds it at epoch %d, not this node (%s): ask it, or give the nodes a fleet secret so that they forward", what, rec.Node, rec.Epoch, d.cfg.Node)
 }

@@ -24,6 +24,7 @@ const (
 	CodeUnavailable  Code = "DEED-E011" // store unreachable / transient store error
 	CodeAmbiguous    Code = "DEED-E012" // ambiguous outcome could not be resolved
 	CodePeer         Code = "DEED-E013" // the node that holds (or is placed to hold) the cell could not be reached; not applied
+	CodeBusy         Code = "DEED-E014" // the node serves as many waiting reads as it may (--max-waiting-reads); not applied, retry later or elsewhere
 	CodeHeld         Code = "DEED-E020" // cell held by a live node
 	CodeSuperseded   Code = "DEED-E021" // lease lost: superseded by a newer epoch
 	CodeReleased     Code = "DEED-E022" // lease already released
@@ -38,6 +39,7 @@ const (
 	CodeCrossSite    Code = "DEED-E042" // a token-less daemon refused a cross-site or foreign-Host (DNS rebinding) request
 	CodeKeyReused    Code = "DEED-E043" // idempotency key already used for another body; not applied
 	CodePosMismatch  Code = "DEED-E044" // conditional append: the log's next position is not the one named; not applied
+	CodeNoSnapshot   Code = "DEED-E045" // the cell has no snapshot (read its log from the start instead)
 	CodeOutput       Code = "DEED-E050" // the command's output could not be written
 )
 

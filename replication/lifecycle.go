@@ -56,6 +56,7 @@ func (l *Log) moveLocked(to state) error {
 	for _, ok := range transitions[l.state] {
 		if ok == to {
 			l.state = to
+			l.wakeLocked() // a waiting reader reads again, where the cell is now
 			return nil
 		}
 	}
@@ -65,6 +66,7 @@ func (l *Log) moveLocked(to state) error {
 	internalErrors.Add(1)
 	l.s.cfg.logger.Error("log ended by an internal error (a bug in deed: please report it)", "cell", l.s.cell, "epoch", l.epoch, "err", err)
 	l.state = stateAbandoned
+	l.wakeLocked()
 	if l.err == nil {
 		l.err = err
 	}

@@ -52,11 +52,15 @@ type Log struct {
 	x       *extras      // what only some logs need; nil until the first of them
 }
 
-// extras is the state of a log that only a Close or a keyed append makes,
-// kept out of line: a daemon keeps a Log per held cell, most of them idle.
+// extras is the state of a log that only a Close, a keyed append or a
+// waiting reader (Changed) makes, kept out of line: a daemon keeps a Log
+// per held cell, most of them idle.
 type extras struct {
 	c  closer    // the Close attempts (lifecycle.go)
 	ks *keyState // the idempotency window (keyed.go); nil until the first keyed append
+	// changed is closed at the next commit or state change (Changed);
+	// nil while nobody waits.
+	changed chan struct{}
 }
 
 // extrasLocked returns the log's extras, made on first use; l.mu must be
@@ -196,6 +200,36 @@ func (l *Log) Head() Head {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Head{Next: l.next, NextPos: l.nextPos}
+}
+
+// Changed returns a channel that is closed when the log next changes: a
+// transaction file committed (its appends acknowledged), or the log
+// closing or ending. A reader that found nothing new waits on it instead
+// of polling; it takes the channel before it reads, so that a commit
+// between its read and its wait is not missed. The channel is made on
+// first use and replaced after each change: a log nobody waits on keeps
+// none, and no goroutine waits on anyone's behalf.
+func (l *Log) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.final() {
+		ch := make(chan struct{})
+		close(ch) // nothing will change it any more: read again
+		return ch
+	}
+	x := l.extrasLocked()
+	if x.changed == nil {
+		x.changed = make(chan struct{})
+	}
+	return x.changed
+}
+
+// wakeLocked wakes the waiters of Changed; l.mu must be held.
+func (l *Log) wakeLocked() {
+	if l.x != nil && l.x.changed != nil {
+		close(l.x.changed)
+		l.x.changed = nil
+	}
 }
 
 // borrow is how every call that acts as the lease's holder takes the

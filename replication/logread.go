@@ -113,3 +113,27 @@ func (l *Log) indexAnchor(ctx context.Context, after Pos) (anchor, bool, error) 
 	}
 	return anchor{at: cursor{epoch: l.epoch, txid: e.txid + 1, pos: f.NextPos(), data: true}, key: key, file: f, covered: head - 1}, true, nil
 }
+
+// Tail is where a cell's log ends, as its holder knows it.
+type Tail struct {
+	Head
+	// TS is the newest timestamp the log wrote or fenced (0 if none): the
+	// timestamp of the record before NextPos, or a predecessor's floor.
+	TS int64
+}
+
+// Tail answers where the log ends, linearizably: as a barrier read, it
+// borrows the log's lease and checks with one HEAD of the next slot that
+// no newer epoch has fenced this one, so every append acknowledged
+// anywhere before it began is below NextPos.
+func (l *Log) Tail(ctx context.Context) (Tail, error) {
+	if err := l.borrow(l.lease); err != nil {
+		return Tail{}, err
+	}
+	if err := l.barrier(ctx); err != nil {
+		return Tail{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Tail{Head: Head{Next: l.next, NextPos: l.nextPos}, TS: l.lastTS}, nil
+}

@@ -41,6 +41,38 @@ func (l *Log) Snapshot(ctx context.Context, lease *owner.Lease, upTo TxID, state
 	return Snapshot{Key: key, Epoch: l.epoch, TxID: upTo, NextPos: next, State: state}, nil
 }
 
+// SnapshotAt is Snapshot for a position: state covers every record up to
+// and including position upTo, which must be committed (below Head's
+// NextPos) and the last record of its transaction file, since a snapshot
+// covers whole transactions: a position inside a batch is refused
+// (DEED-E040) naming the batch's last one. It costs a read of two records
+// unless upTo is the log's last.
+func (l *Log) SnapshotAt(ctx context.Context, lease *owner.Lease, upTo Pos, state []byte) (Snapshot, error) {
+	if err := l.borrow(lease); err != nil {
+		return Snapshot{}, err
+	}
+	h := l.Head()
+	switch {
+	case upTo == 0:
+		return Snapshot{}, errcode.Errorf(errcode.CodeBadRequest, "snapshot %s up to position 0: a snapshot covers at least position 1", l.s.cell)
+	case upTo >= h.NextPos:
+		return Snapshot{}, errcode.Errorf(errcode.CodeBadRequest, "snapshot %s up to position %d: not committed (the log's next position is %d)", l.s.cell, upTo, h.NextPos)
+	case upTo == h.NextPos-1:
+		return l.Snapshot(ctx, lease, h.Next-1, state)
+	}
+	recs, err := l.Read(ctx, upTo-1, 2, false)
+	if err != nil {
+		return Snapshot{}, errcode.Wrap(err, "snapshot %s up to position %d", l.s.cell, upTo)
+	}
+	if len(recs) != 2 || recs[0].Pos != upTo {
+		return Snapshot{}, errcode.Errorf(errcode.CodeUnavailable, "snapshot %s up to position %d: the records at %d and after were not read (compacted or moving); retry", l.s.cell, upTo, upTo)
+	}
+	if recs[1].TxID == recs[0].TxID {
+		return Snapshot{}, errcode.Errorf(errcode.CodeBadRequest, "snapshot %s up to position %d: the position is inside transaction %d (a batch), which a snapshot covers whole: snapshot up to its last record instead", l.s.cell, upTo, recs[0].TxID)
+	}
+	return l.Snapshot(ctx, lease, recs[0].TxID, state)
+}
+
 // nextPosAfter is the position after txid upTo's last record.
 func (l *Log) nextPosAfter(ctx context.Context, upTo TxID) (Pos, error) {
 	l.mu.Lock()

@@ -352,6 +352,7 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 		}
 		l.settleLocked(p, outcome{res: res})
 	}
+	l.wakeLocked()
 	l.mu.Unlock()
 }
 

@@ -287,3 +287,43 @@ func TestAppendKeyMatchBatch(t *testing.T) {
 		t.Fatalf("read:\n%q", r.stdout)
 	}
 }
+
+// deed tail prints the holder's end of the log; -f prints each record
+// committed after it, once; deed snapshot writes FILE as the state up to
+// --upto, and a position not committed is refused (exit 2).
+func TestTailFollowAndSnapshot(t *testing.T) {
+	e := newCellEnv(t)
+	d := e.daemon(t, "d1")
+	e.env[envAddr], e.env[envToken] = d.url, testToken
+	wantExit(t, e.run(t, "append", "log", "a"), 0, "")
+	wantExit(t, e.run(t, "append", "log", "b"), 0, "")
+	r := e.run(t, "tail", "log")
+	wantExit(t, r, 0, "")
+	if !strings.HasPrefix(r.stdout, "next_pos=3 epoch=1 node=d1 ts=") {
+		t.Fatalf("tail: %q", r.stdout)
+	}
+	n := d.requests.Load()
+	f := e.start(t, "tail", "log", "-f")
+	for deadline := time.Now().Add(10 * time.Second); d.requests.Load() < n+2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // its tail, then its waiting read
+			t.Fatal("tail -f sent no waiting read")
+		}
+	}
+	wantExit(t, e.run(t, "append", "log", "c"), 0, "")
+	f.waitOut(t, "3\tc\n", 10*time.Second)
+	res := f.stop(t)
+	wantExit(t, res, 0, "")
+	if res.stdout != "3\tc\n" {
+		t.Fatalf("tail -f printed %q, want only the record appended after it began", res.stdout)
+	}
+	state := t.TempDir() + "/state"
+	if err := os.WriteFile(state, []byte("ab"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = e.run(t, "snapshot", "log", "--upto", "2", state)
+	wantExit(t, r, 0, "")
+	if r.stdout != "snapshot log up to 2 (epoch 1, txid 2)\n" {
+		t.Fatalf("snapshot: %q", r.stdout)
+	}
+	wantExit(t, e.run(t, "snapshot", "log", "--upto", "9", state), 2, "DEED-E040")
+}

@@ -76,6 +76,8 @@ var commands = []func(*config) *cobra.Command{
 	newExecCmd,
 	newAppendCmd,
 	newReadCmd,
+	newTailCmd,
+	newSnapshotCmd,
 	newGCCmd,
 	newMoveCmd,
 	newDrainCmd,

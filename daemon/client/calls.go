@@ -67,6 +67,11 @@ type ReadOptions struct {
 	// (else DEED-E024), and it fails with DEED-E021 when a newer epoch has
 	// fenced it.
 	Barrier bool
+	// Wait, when no record after After is committed yet, makes the daemon
+	// wait up to this long (at most 60 s) for one and answer as soon as
+	// one is (long polling); empty when it runs out. Keep it below the
+	// HTTP client's timeout (DefaultTimeout).
+	Wait time.Duration
 }
 
 // Read returns the records of cell's log after opts.After, in order. Fewer
@@ -82,6 +87,9 @@ func (c *Client) Read(ctx context.Context, cell string, opts ReadOptions) (ReadR
 	}
 	if opts.Barrier {
 		q.Set("barrier", "true")
+	}
+	if opts.Wait > 0 {
+		q.Set("wait", opts.Wait.String())
 	}
 	var v ReadResult
 	err := c.retryRead(ctx, func(ctx context.Context) error {

@@ -74,6 +74,10 @@ func (c *Client) doHeader(ctx context.Context, method, path string, query url.Va
 	if resp.StatusCode/100 != 2 {
 		return resp.Header, apiError(resp, raw, write)
 	}
+	if rb, ok := out.(*rawBody); ok {
+		rb.b = raw // an answer that is not JSON (a snapshot's state)
+		return resp.Header, nil
+	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		code := errcode.CodeUnavailable
 		if write {

@@ -121,6 +121,28 @@ type ReadResult struct {
 	Records   []Record `json:"records"`
 }
 
+// Tail is GET /v1/cells/{cell}/tail: where the cell's log ends, answered
+// by its holder after a barrier (linearizable). NextPos is the position
+// the next record gets (every record below it is committed); TS the
+// newest timestamp the holder wrote or fenced (0 if none).
+type Tail struct {
+	Cell    string `json:"cell"`
+	NextPos uint64 `json:"next_pos"`
+	Epoch   uint64 `json:"epoch"`
+	Node    string `json:"node"`
+	TS      int64  `json:"ts"`
+}
+
+// SnapshotResult is PUT /v1/cells/{cell}/snapshot's answer: the snapshot
+// written (or found already written, the same) covering every record up
+// to Pos, at transaction TxID, by Epoch.
+type SnapshotResult struct {
+	Cell  string `json:"cell"`
+	Epoch uint64 `json:"epoch"`
+	TxID  uint64 `json:"txid"`
+	Pos   uint64 `json:"pos"`
+}
+
 // ErrorBody is every error the API returns.
 type ErrorBody struct {
 	Code  errcode.Code `json:"code"`
