@@ -343,6 +343,10 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 	if len(l.index) > l.s.cfg.indexLen {
 		l.index = append(l.index[:0], l.index[len(l.index)-l.s.cfg.indexLen/2:]...)
 	}
+	// Waiting readers are woken before any append is answered: a reader
+	// that an acknowledged append's client tells to look finds the
+	// channel it waited on already closed.
+	l.wakeLocked()
 	at := pos
 	for _, p := range batch {
 		res := BatchResult{Epoch: l.epoch, TxID: txid, FirstPos: at, LastPos: at + Pos(len(p.recs)) - 1, TS: ts, TxPos: pos, TxCount: len(f.Records)}
@@ -352,7 +356,6 @@ func (l *Log) commit(batch []*pending, txid TxID, pos Pos) {
 		}
 		l.settleLocked(p, outcome{res: res})
 	}
-	l.wakeLocked()
 	l.mu.Unlock()
 }
 
