@@ -76,7 +76,7 @@ func vetBlocks(t *testing.T, blocks []goBlock) string {
 		pkgs = append(pkgs, "./docs/"+filepath.ToSlash(dir))
 	}
 	cmd := exec.Command("go", append([]string{"vet"}, pkgs...)...)
-	cmd.Dir = root // so the go command names the pages as docs/x.md
+	cmd.Dir = root // so the go command names each page by its path in the repository (docs/<page>.md)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		msg := strings.ReplaceAll(string(out), root+string(filepath.Separator), "")

@@ -12,6 +12,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
+	"github.com/deedkit/deed/owner"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -370,19 +371,8 @@ func TestKeyRebuildOutlivesItsCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := fakes3.NewMem()
 		ctx := context.Background()
-		la := claim(t, m, "a", false)
-		a, err := replication.Open(ctx, m, la)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range 200 {
-			if _, err := a.AppendWith(ctx, la, []byte("v"), replication.AppendOptions{Key: fmt.Sprint(i)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		a.Abandon()
-		lb := claim(t, m, "b", true)
-		b := open(t, m, lb)
+		lb, b := keyedSuccessor(t, m, 200)
+		var err error
 		m.Inject(fakes3.Rule{Op: fakes3.OpGet, KeyPrefix: replication.LogPrefix(cell), Latency: 50 * time.Millisecond})
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		defer cancel()
@@ -402,6 +392,27 @@ func TestKeyRebuildOutlivesItsCaller(t *testing.T) {
 	})
 }
 
+// keyedSuccessor has a crash after n keyed appends (keys "0" to n-1)
+// by owner a, then owner b's lease and log: one whose keyed appends need
+// the rebuild of a's keys.
+func keyedSuccessor(t *testing.T, m *fakes3.Mem, n int) (*owner.Lease, *replication.Log) {
+	t.Helper()
+	ctx := context.Background()
+	la := claim(t, m, "a", false)
+	a, err := replication.Open(ctx, m, la)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := a.AppendWith(ctx, la, []byte("v"), replication.AppendOptions{Key: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Abandon()
+	lb := claim(t, m, "b", true)
+	return lb, open(t, m, lb)
+}
+
 // mayHaveLanded reports whether err says the append may have been written.
 func mayHaveLanded(err error) bool { return errcode.CodeOf(err) == errcode.CodeAmbiguous }
 
@@ -415,19 +426,8 @@ func TestKeyRebuildEndsWithItsLog(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				m := fakes3.NewMem()
 				ctx := context.Background()
-				la := claim(t, m, "a", false)
-				a, err := replication.Open(ctx, m, la)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range 20 {
-					if _, err := a.AppendWith(ctx, la, []byte("v"), replication.AppendOptions{Key: fmt.Sprint(i)}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				a.Abandon()
-				lb := claim(t, m, "b", true)
-				b := open(t, m, lb)
+				lb, b := keyedSuccessor(t, m, 20)
+				var err error
 				// The predecessor's record files answer never (until the
 				// request's context ends): the rebuild cannot finish.
 				m.Inject(fakes3.Rule{Op: fakes3.OpGet, KeyPrefix: replication.LogPrefix(cell), Fault: fakes3.Drop})
