@@ -8,8 +8,12 @@
 // the chain a restore reads now, and no two acknowledged records hold one
 // position (a stale owner acknowledged).
 //
-// It models the rule the code implements (Current) and the faster rule
-// for cold cells (Fast), and deliberately broken variants of the latter,
-// each of which the checker must catch. The package has no code outside
-// its tests.
+// It models the rule before the shortcuts for cold cells (Current), the
+// first of them (Fast: epoch 1 opens without a request, a release names its
+// chain end), the rule the code implements (Cold: Fast, and a claim that
+// takes a release's end announces its epoch in own.json instead of a marker,
+// skips the re-check, trusts the end of the node's own release and reads
+// the seal of another's concurrently with the claim), and deliberately
+// broken variants of the latter two, each of which the checker must catch.
+// The package has no code outside its tests.
 package model
