@@ -125,6 +125,19 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			return nil, d.Reason, &HeldError{Cell: cell, Owner: cur.Record.Node, Addr: owner.Addr, Epoch: cur.Record.Epoch}
 		}
 		rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli(), Inc: n.leaseIncarnation()}
+		// A claim that takes a released end announces its epoch in its
+		// record; every other carries what the record it replaces says
+		// (see Record.Announces).
+		var prev *PrevEnd
+		var unmarked uint64
+		if cur.Exists && !cur.Corrupt {
+			unmarked = cur.Record.Announces
+			rec.Announces = unmarked
+			if cur.Record.Released() && cur.Record.End != nil && rec.Epoch == cur.Record.Epoch+1 {
+				prev = &PrevEnd{Epoch: cur.Record.Epoch, End: *cur.Record.End}
+				rec.Announces = rec.Epoch
+			}
+		}
 		body := rec.marshal()
 		cond := bucket.IfAbsent
 		if cur.Exists {
@@ -163,11 +176,7 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 			}
 			newETag = got
 		}
-		var prev *PrevEnd
-		if cur.Exists && !cur.Corrupt && cur.Record.Released() && cur.Record.End != nil && rec.Epoch == cur.Record.Epoch+1 {
-			prev = &PrevEnd{Epoch: cur.Record.Epoch, End: *cur.Record.End}
-		}
-		l := n.mint(cell, rec, newETag, !cur.Exists, prev)
+		l := n.mint(cell, rec, newETag, !cur.Exists, prev, unmarked)
 		if err := l.Err(); err != nil {
 			// The record names this node at rec.Epoch, but the node stopped
 			// acting before the claim landed; peers take the cell over once
@@ -236,8 +245,9 @@ func (n *Node) reconcile(ctx context.Context, key string, want Record) (bool, st
 // ended every lease it held, and peers may call it dead from then on: the
 // new lease is born ended, with the node's error, never added to the held
 // leases that nothing would end any more.
-func (n *Node) mint(cell string, rec Record, etag string, created bool, prev *PrevEnd) *Lease {
-	l := &Lease{cell: cell, epoch: rec.Epoch, nonce: rec.Nonce, etag: etag, rel: n, minted: true, created: created}
+func (n *Node) mint(cell string, rec Record, etag string, created bool, prev *PrevEnd, unmarked uint64) *Lease {
+	l := &Lease{cell: cell, epoch: rec.Epoch, nonce: rec.Nonce, etag: etag, rel: n, minted: true, created: created,
+		announcesSelf: rec.Announces != 0 && rec.Announces == rec.Epoch}
 	n.mu.Lock()
 	if ferr := n.ferr; ferr != nil {
 		n.mu.Unlock()
@@ -246,6 +256,12 @@ func (n *Node) mint(cell string, rec Record, etag string, created bool, prev *Pr
 	}
 	old := n.held[cell]
 	n.held[cell] = l
+	if unmarked != 0 {
+		if n.unmarked == nil {
+			n.unmarked = map[*Lease]uint64{}
+		}
+		n.unmarked[l] = unmarked
+	}
 	if prev != nil {
 		if n.prevEnds == nil {
 			n.prevEnds = map[*Lease]PrevEnd{}
@@ -264,10 +280,16 @@ func (n *Node) mint(cell string, rec Record, etag string, created bool, prev *Pr
 func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	defer l.markReleasing()()
 	key := CellKey(l.cell)
+	// A release that names its end clears Announces: the chain of this
+	// epoch is sealed, and its log fenced every epoch below it first.
+	// One without carries the claim record's on.
 	rec := Record{Node: "", Epoch: l.epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli()}
 	n.mu.Lock()
-	if e, ok := n.sealedAt[l]; ok {
-		rec.End = &e
+	rec.Announces = l.announcesLocked()
+	sealed, ok := n.sealedAt[l]
+	if ok {
+		rec.End = &sealed.End
+		rec.Announces = 0
 	}
 	n.mu.Unlock()
 	etag, err := n.b.Put(ctx, key, rec.marshal(), bucket.IfMatch(l.etag))
@@ -297,7 +319,7 @@ func (n *Node) releaseLease(ctx context.Context, l *Lease) error {
 	// Remembered before the lease ends, so that this node's next claim of
 	// the cell is one If-Match PUT on the version its release wrote.
 	n.mu.Lock()
-	n.hints.note(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch, End: rec.End}, false)
+	n.hints.note(l.cell, Hint{Known: true, ReleasedETag: etag, Epoch: l.epoch, End: rec.End, Announces: rec.Announces, own: rec.End != nil, ts: sealed.ts}, false)
 	n.mu.Unlock()
 	l.end(errcode.Errorf(errcode.CodeReleased, "lease released: cell %s epoch %d", l.cell, l.epoch))
 	n.log.Info("released", "cell", l.cell, "epoch", l.epoch)
@@ -355,7 +377,7 @@ func ReleaseCell(ctx context.Context, b bucket.Bucket, cell, node string, force 
 		case perr == nil && cur.Node != node && !force:
 			return cur, errcode.Errorf(errcode.CodeNotHolder, "release %s: not the holder: held by %s at epoch %d, not %s", cell, cur.Node, cur.Epoch, node)
 		}
-		rec := Record{Node: "", Epoch: cur.Epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli()}
+		rec := Record{Node: "", Epoch: cur.Epoch, Nonce: newNonce(), AtMS: time.Now().UnixMilli(), Announces: cur.Announces}
 		if perr != nil {
 			rec.Epoch = 1 // a forced release of garbage: the next claim starts above the data anyway
 			if e, err := newestDataEpoch(ctx, b, cell); err == nil && e > 0 {

@@ -127,8 +127,18 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 	key := CellKey(cell)
 	rec := Record{Node: n.cfg.Name, Epoch: d.Epoch, Nonce: newNonce(), AtMS: n.cfg.WallClock().UnixMilli(), Inc: n.leaseIncarnation()}
 	cond := bucket.IfAbsent
+	var prev *PrevEnd
+	var unmarked uint64
 	if d.Action == Take {
 		cond = bucket.IfMatch(etag)
+		// As in claim: the record carries the release's Announces, or
+		// announces its own epoch when the claim takes the release's end.
+		unmarked = h.Announces
+		rec.Announces = unmarked
+		if h.End != nil && rec.Epoch == h.Epoch+1 {
+			prev = &PrevEnd{Epoch: h.Epoch, End: *h.End, Own: h.own, TS: h.ts}
+			rec.Announces = rec.Epoch
+		}
 	}
 	newETag, err := n.b.Put(ctx, key, rec.marshal(), cond)
 	switch {
@@ -168,11 +178,7 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 		n.hints.unknownWas(false)
 	}
 	n.mu.Unlock()
-	var prev *PrevEnd
-	if d.Action == Take && h.End != nil && rec.Epoch == h.Epoch+1 {
-		prev = &PrevEnd{Epoch: h.Epoch, End: *h.End}
-	}
-	l = n.mint(cell, rec, newETag, d.Action == Create, prev)
+	l = n.mint(cell, rec, newETag, d.Action == Create, prev, unmarked)
 	if err := l.Err(); err != nil {
 		return nil, d.Reason, errcode.Wrap(err, "claim %s", cell), true
 	}
@@ -184,10 +190,20 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 // ReleasedETag and epoch), while the node still remembers it; ok is false
 // otherwise. A node handing a cell to a peer passes it on (see NoteHint), so
 // that the peer's claim is one If-Match PUT instead of a read and a write.
+//
+// A release that carries Announces (one that named no end after a claim
+// that took an end) is not handed out: a peer's claim on it must carry
+// that epoch on, and a hint passed along without the field would drop it.
+// The peer reads own.json instead. The node's own memory of its seal is
+// not handed out either (a peer reads the seal).
 func (n *Node) ReleasedHint(cell string) (h Hint, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	h = n.hints.get(cell)
+	if h.Announces != 0 {
+		return Hint{}, false
+	}
+	h.own, h.ts = false, 0
 	return h, h.ReleasedETag != ""
 }
 
@@ -201,6 +217,7 @@ func (n *Node) NoteHint(cell string, h Hint) {
 		return
 	}
 	h.Known = true
+	h.own, h.ts = false, 0 // a peer's word on its seal is read before it is trusted
 	n.mu.Lock()
 	n.hints.note(cell, h, false)
 	n.mu.Unlock()

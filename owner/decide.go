@@ -111,6 +111,14 @@ type Hint struct {
 	Epoch        uint64
 	// End is the chain end that release recorded (nil: none).
 	End *End
+	// Announces is that release's Record.Announces: an epoch the next
+	// claim's record must carry (see Record.Announces).
+	Announces uint64
+	// own is set on this node's memory of its own release whose End is
+	// a seal its log wrote and saw land (with the seal's timestamp ts):
+	// never on a hint from a peer (NoteHint) nor on one handed out.
+	own bool
+	ts  int64
 }
 
 // Guess is the claim a node may try before it reads own.json, as a pure

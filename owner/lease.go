@@ -43,6 +43,10 @@ type Lease struct {
 	// created is set when the claim created own.json (If-None-Match):
 	// no epoch of the cell came before this one.
 	created bool
+	// announcesSelf is set when the claim record announces the lease's
+	// own epoch (Record.Announces). (The Announces of the record the
+	// claim replaced, rarely set, is kept by the node: Node.unmarked.)
+	announcesSelf bool
 	// ended is set once the lease has ended and its node forgot it: from
 	// then on Done is closed.
 	ended bool
@@ -68,12 +72,43 @@ func (l *Lease) Node() string {
 // to fence (see replication.Open).
 func (l *Lease) Created() bool { return l != nil && l.minted && l.created }
 
+// AnnouncedByClaim reports whether the lease's claim record announces its
+// own epoch (Record.Announces): the claim took its predecessor's released
+// end, so every successor's walk counts the epoch announced and its log
+// needs neither a marker nor a re-check (see replication.Open).
+func (l *Lease) AnnouncedByClaim() bool {
+	return l != nil && l.minted && l.announcesSelf
+}
+
+// announcesLocked is the claim record's Announces, which a release that
+// names no end carries on; l.rel.mu must be held.
+func (l *Lease) announcesLocked() uint64 {
+	if l.announcesSelf {
+		return l.epoch
+	}
+	return l.rel.unmarked[l]
+}
+
+// Unmarked is the epoch the record the lease's claim replaced announced
+// (Record.Announces; 0: none): one that may write without an announcement
+// marker, which the log's fencing walk counts announced.
+func (l *Lease) Unmarked() uint64 {
+	if l == nil || !l.minted || l.rel == nil {
+		return 0
+	}
+	n := l.rel
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unmarked[l]
+}
+
 // NoteEnd records that the lease's log sealed its chain end at slot txid
-// (the seal's position pos), for the lease's release to write into
-// own.json: the next epoch then reads that seal instead of listing and
-// walking the log (see Record.End). Only a seal whose write is known to
-// have landed may be noted.
-func (l *Lease) NoteEnd(txid, pos uint64) {
+// (the seal's position pos, its timestamp ts), for the lease's release to
+// write into own.json: the next epoch then reads that seal instead of
+// listing and walking the log (see Record.End), or, when it is this
+// node's next claim on that very release, trusts it unread (PrevEnd.Own).
+// Only a seal whose write is known to have landed may be noted.
+func (l *Lease) NoteEnd(txid, pos uint64, ts int64) {
 	if l == nil || !l.minted || l.rel == nil {
 		return
 	}
@@ -81,9 +116,9 @@ func (l *Lease) NoteEnd(txid, pos uint64) {
 	n.mu.Lock()
 	if n.held[l.cell] == l {
 		if n.sealedAt == nil {
-			n.sealedAt = map[*Lease]End{}
+			n.sealedAt = map[*Lease]sealedEnd{}
 		}
-		n.sealedAt[l] = End{TxID: txid, Pos: pos}
+		n.sealedAt[l] = sealedEnd{End: End{TxID: txid, Pos: pos}, ts: ts}
 	}
 	n.mu.Unlock()
 }

@@ -103,7 +103,10 @@ type Node struct {
 	// for its release to record; prevEnds is the predecessor's chain end
 	// a lease's claim learned, until its log takes it (Lease.TakePrevEnd).
 	// Both are dropped when the lease ends.
-	sealedAt map[*Lease]End
+	sealedAt map[*Lease]sealedEnd
+	// unmarked is the Record.Announces of the record a held lease's
+	// claim replaced, when it had one (Lease.Unmarked).
+	unmarked map[*Lease]uint64
 	prevEnds map[*Lease]PrevEnd
 	opened   bool
 	closed   bool
@@ -720,6 +723,7 @@ func (n *Node) forget(l *Lease) {
 	n.mu.Lock()
 	delete(n.sealedAt, l)
 	delete(n.prevEnds, l)
+	delete(n.unmarked, l)
 	if n.held[l.cell] == l {
 		delete(n.held, l.cell)
 		if n.ferr == nil {
@@ -727,6 +731,13 @@ func (n *Node) forget(l *Lease) {
 		}
 	}
 	n.mu.Unlock()
+}
+
+// sealedEnd is a chain end a held lease's log sealed (Lease.NoteEnd) and
+// the seal's timestamp.
+type sealedEnd struct {
+	End
+	ts int64
 }
 
 // backoffStep is the pause after a 409 or an unreadable outcome: short

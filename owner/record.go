@@ -59,6 +59,15 @@ type Record struct {
 	// hint for the next epoch's log, which reads that seal before it
 	// trusts it (see PrevEnd).
 	End *End `json:"end,omitempty"`
+	// Announces is an epoch (at most Epoch) that may write to the cell's
+	// log without an announcement marker: a claim that took its
+	// predecessor's released end announces its own epoch here instead
+	// (see replication.Open). Every later write of own.json carries it,
+	// and every later claim's fencing walk counts it announced, until a
+	// release that names its end (that epoch's chain is sealed, so
+	// nothing of it or below can write again). 0: none; a record without
+	// it (older writers) is read as 0.
+	Announces uint64 `json:"announces,omitempty"`
 }
 
 // End is a slot of a cell's log (txid) and the position its first record
@@ -71,9 +80,17 @@ type End struct {
 // PrevEnd is what a lease knows of its predecessor's chain end: epoch
 // Epoch released the cell with its chain sealed at End, and the lease's
 // claim replaced exactly that release (If-Match), at epoch Epoch+1.
+//
+// Own is set when that release was this node's own and the seal at End
+// was written by this process's log and known to have landed (and TS is
+// the timestamp it carried): nothing but this node's memory says so, and
+// seals are never deleted, so the log need not read it. Otherwise the end
+// is a hint that the log reads before trusting.
 type PrevEnd struct {
 	Epoch uint64
 	End   End
+	Own   bool
+	TS    int64
 }
 
 // Released reports whether the record names no owner.
@@ -89,6 +106,9 @@ func ParseRecord(key string, body []byte) (Record, error) {
 	}
 	if r.Epoch == 0 || r.Nonce == "" {
 		return Record{}, errcode.Errorf(errcode.CodeCorruptOwner, "corrupt ownership record %s: missing epoch or nonce", key)
+	}
+	if r.Announces > r.Epoch {
+		return Record{}, errcode.Errorf(errcode.CodeCorruptOwner, "corrupt ownership record %s: announces epoch %d above its epoch %d", key, r.Announces, r.Epoch)
 	}
 	if r.Node != "" {
 		if err := ValidateName("node", r.Node); err != nil {

@@ -115,6 +115,10 @@ const (
 	// brokenTrustEnd: the next epoch starts at the chain end a release
 	// recorded in own.json without checking the seal there.
 	brokenTrustEnd = false
+	// brokenWalkIgnoresUnmarked: the fencing walk does not count the
+	// epoch the replaced ownership record announced (Record.Announces;
+	// the model's cold-walk-ignores-annc).
+	brokenWalkIgnoresUnmarked = false
 )
 
 // brokenOnly is the panic of the functions below in a release build, where

@@ -42,11 +42,18 @@ var (
 	brokenStaleMatch           bool
 	brokenNoImplicitEpoch1     bool
 	brokenTrustEnd             bool
+	brokenWalkIgnoresUnmarked  bool
 )
 
 // SetBrokenTrustEnd makes the next epoch start at the chain end a release
 // recorded without reading the seal there (broken.go).
 func SetBrokenTrustEnd(on bool) (restore func()) { return set(&brokenTrustEnd, on) }
+
+// SetBrokenWalkIgnoresUnmarked makes the fencing walk leave out the epoch
+// the replaced ownership record announced (Record.Announces).
+func SetBrokenWalkIgnoresUnmarked(on bool) (restore func()) {
+	return set(&brokenWalkIgnoresUnmarked, on)
+}
 
 // SetBrokenNoImplicitEpoch1 makes listings count epoch 1 announced only
 // by its marker or files, while epoch 1 still writes without announcing

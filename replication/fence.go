@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
@@ -15,23 +16,36 @@ const maxFenceAttempts = 5
 // fence announces E, checks that E is still the cell's newest epoch, seals
 // the predecessors and returns where E's chain starts. With prev (ok), the
 // lease's claim replaced epoch E−1's release, which recorded where its
-// chain was sealed: after the announcement and the re-check, one read of
-// that seal replaces the LIST and the walk (see sealedEnd).
+// chain was sealed: one read of that seal replaces the LIST and the walk
+// (see sealedEnd), and none at all when the release was this node's own
+// and its seal is known to have landed (prev.Own). Such a claim announced
+// E in its own record (owner.Lease.AnnouncedByClaim), so there is no
+// marker to write and nothing to re-check: every successor's claim comes
+// after it and its walk counts E announced (see "A claim that announces
+// its epoch" in docs/design.md).
 func (l *Log) fence(ctx context.Context, prev owner.PrevEnd, ok bool) (Head, error) {
-	if brokenRecheckFirst {
-		if err := l.recheck(ctx); err != nil {
+	if !l.lease.AnnouncedByClaim() {
+		if brokenRecheckFirst {
+			if err := l.recheck(ctx); err != nil {
+				return Head{}, err
+			}
+		}
+		if err := l.announce(ctx); err != nil {
 			return Head{}, err
 		}
-	}
-	if err := l.announce(ctx); err != nil {
-		return Head{}, err
-	}
-	if !brokenNoRecheck && !brokenRecheckFirst {
-		if err := l.recheck(ctx); err != nil {
-			return Head{}, err
+		if !brokenNoRecheck && !brokenRecheckFirst {
+			if err := l.recheck(ctx); err != nil {
+				return Head{}, err
+			}
 		}
 	}
 	if ok && prev.Epoch+1 == l.epoch {
+		if prev.Own && prev.End.TxID != 0 && prev.End.Pos != 0 {
+			// This node's own seal, known to have landed, on the release
+			// the claim replaced with If-Match: seals are never deleted.
+			l.lastTS = max(l.lastTS, prev.TS)
+			return Head{Next: TxID(prev.End.TxID), NextPos: Pos(prev.End.Pos)}, nil
+		}
 		h, found, err := l.sealedEnd(ctx, prev)
 		if err != nil || found {
 			return h, err
@@ -54,13 +68,28 @@ func (l *Log) fence(ctx context.Context, prev owner.PrevEnd, ok bool) (Head, err
 		}
 		l.noteTS(a.file)
 		var h Head
-		h, err = l.fenceFrom(ctx, a, ls.announced)
+		h, err = l.fenceFrom(ctx, a, withUnmarked(ls.announced, l.lease.Unmarked(), l.epoch))
 		if !errors.Is(err, errGCRace) {
 			return h, err
 		}
 		l.s.cfg.logger.Info("fencing walk raced with GC; starting again", "cell", l.s.cell, "epoch", l.epoch)
 	}
 	return Head{}, errcode.Errorf(errcode.CodeUnavailable, "fence predecessors: %w", err)
+}
+
+// withUnmarked adds to a listing's announced epochs (ascending) the epoch
+// u below E that the ownership record the claim replaced announced
+// (owner.Record.Announces): it may write without a marker, so the walk
+// must count it although the LIST may show nothing of it.
+func withUnmarked(ann []uint64, u, E uint64) []uint64 {
+	if u == 0 || u >= E || brokenWalkIgnoresUnmarked {
+		return ann
+	}
+	i, found := slices.BinarySearch(ann, u)
+	if found {
+		return ann
+	}
+	return slices.Insert(slices.Clone(ann), i, u)
 }
 
 // sealedEnd checks the chain end a release recorded: epoch D = E−1 (whose

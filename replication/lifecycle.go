@@ -288,7 +288,7 @@ func (l *Log) close(ctx context.Context) error {
 		if theirs == nil {
 			// The release records it, so that the next epoch reads this
 			// seal instead of listing and walking the log (Record.End).
-			l.lease.NoteEnd(uint64(next), uint64(pos))
+			l.lease.NoteEnd(uint64(next), uint64(pos), ts)
 			l.s.cfg.logger.Info("log closed and sealed", "cell", l.s.cell, "epoch", l.epoch, "key", key)
 			return nil
 		}
