@@ -273,3 +273,11 @@ func TestBrokenStaleMatch(t *testing.T) {
 func TestBrokenNoImplicitEpoch1(t *testing.T) {
 	catch(t, replication.SetBrokenNoImplicitEpoch1, 0, "")
 }
+
+// A claim that took a released end announces its epoch in own.json, not
+// with a marker; a successor's walk that leaves that epoch out does not
+// tombstone its first slot, and the stalled epoch writes there after the
+// successor's records were acknowledged.
+func TestBrokenWalkIgnoresUnmarked(t *testing.T) {
+	catch(t, replication.SetBrokenWalkIgnoresUnmarked, 0, "")
+}
