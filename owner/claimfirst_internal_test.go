@@ -35,3 +35,23 @@ func TestHintsAreBounded(t *testing.T) {
 		t.Fatalf("%d hints, want the bound %d", len(n.hints.cells), maxHints)
 	}
 }
+
+// A node's memory that its own seal landed (Hint.own) is never taken from
+// a peer nor handed to one: a peer's end is read before it is trusted.
+func TestOwnSealMemoryStaysOnTheNode(t *testing.T) {
+	n, err := NewNode(fakes3.NewMem(), Config{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := Hint{Known: true, ReleasedETag: "x", Epoch: 1, End: &End{TxID: 2, Pos: 2}, own: true, ts: 5}
+	n.NoteHint("c", h)
+	if got := n.hints.get("c"); got.own || got.ts != 0 {
+		t.Fatalf("a peer's hint was noted as this node's own seal: %+v", got)
+	}
+	n.mu.Lock()
+	n.hints.note("d", h, false)
+	n.mu.Unlock()
+	if got, ok := n.ReleasedHint("d"); !ok || got.own || got.ts != 0 {
+		t.Fatalf("the hint handed out carries this node's own seal: %+v %v", got, ok)
+	}
+}
