@@ -119,6 +119,15 @@ var (
 // request: every listing counts epoch 1 announced, so a successor's walk
 // tombstones its slot 1 unless epoch 1's record is there first.
 //
+// A lease whose claim took its predecessor's released end announced its
+// epoch in that claim record (owner.Lease.AnnouncedByClaim): steps 1 and 2
+// are skipped, every successor's walk counting the epoch announced (the
+// record's "announces", carried on by every later write of own.json), and
+// one read of the named seal replaces steps 3 and 4, or none when the
+// release was this node's own and its seal was seen to land. Every walk
+// also counts the epoch the record its claim replaced announced
+// (owner.Lease.Unmarked).
+//
 // An epoch that never announced (a lock-only claim, or a claimer that died
 // before step 1) never writes, so it needs nothing. One that announces after
 // E's LIST announced after E's claim, so its own step 2 sees E and it never
