@@ -143,7 +143,9 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		if cur.Exists {
 			cond = bucket.IfMatch(etag)
 		}
+		sealRead := n.readSealAhead(ctx, cell, prev)
 		newETag, err := n.b.Put(ctx, key, body, cond)
+		sealRead()
 		switch {
 		case err == nil:
 		case errors.Is(err, bucket.ErrPrecondition):

@@ -140,7 +140,9 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 			rec.Announces = rec.Epoch
 		}
 	}
+	sealRead := n.readSealAhead(ctx, cell, prev)
 	newETag, err := n.b.Put(ctx, key, rec.marshal(), cond)
+	sealRead()
 	switch {
 	case err == nil:
 	case errors.Is(err, bucket.ErrPrecondition), errors.Is(err, bucket.ErrConflict):

@@ -86,11 +86,51 @@ type End struct {
 // the timestamp it carried): nothing but this node's memory says so, and
 // seals are never deleted, so the log need not read it. Otherwise the end
 // is a hint that the log reads before trusting.
+//
+// Read is set when the claim read that seal while its PUT was in flight
+// (one round trip for both): Seal is what the slot held then (nil:
+// nothing). Seals are create-only and never deleted, so a seal read before
+// the claim landed is still there; anything else found is only a reason
+// to walk. Without Read the log reads the slot itself.
 type PrevEnd struct {
 	Epoch uint64
 	End   End
 	Own   bool
 	TS    int64
+	Read  bool
+	Seal  []byte
+}
+
+// maxSealRead bounds the read of a seal sent with a claim: a seal is a few
+// hundred bytes; anything larger is left for the log to read.
+const maxSealRead = 64 << 10
+
+// sealKey is the key of the slot (epoch, txid) of cell's log, as the
+// replication package names it (replication.SlotKey).
+func sealKey(cell string, epoch, txid uint64) string {
+	return fmt.Sprintf("%sltx/e%d/%016x.ltx", CellPrefix(cell), epoch, txid)
+}
+
+// readSealAhead sends the read of the seal prev names, to run while the
+// claim's PUT is in flight; wait blocks until it has answered and filled
+// in prev.Read and prev.Seal. Nothing is read for the node's own seal.
+func (n *Node) readSealAhead(ctx context.Context, cell string, prev *PrevEnd) (wait func()) {
+	if prev == nil || prev.Own || prev.End.TxID == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	key := sealKey(cell, prev.Epoch, prev.End.TxID)
+	go func() {
+		defer close(done)
+		obj, err := n.b.Get(ctx, key, maxSealRead)
+		switch {
+		case err == nil:
+			prev.Read, prev.Seal = true, obj.Body
+		case errors.Is(err, bucket.ErrNotFound):
+			prev.Read = true
+		}
+	}()
+	return func() { <-done }
 }
 
 // Released reports whether the record names no owner.

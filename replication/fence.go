@@ -106,7 +106,18 @@ func (l *Log) sealedEnd(ctx context.Context, prev owner.PrevEnd) (Head, bool, er
 	if t == 0 || p == 0 {
 		return Head{}, false, nil
 	}
-	f, _, err := l.s.read(ctx, SlotKey(l.s.cell, prev.Epoch, t))
+	key := SlotKey(l.s.cell, prev.Epoch, t)
+	var f *File
+	var err error
+	if prev.Read { // read with the claim (owner.PrevEnd.Read)
+		if prev.Seal != nil {
+			if f, err = Decode(key, prev.Seal); err != nil {
+				f, _, err = l.s.read(ctx, key) // decide on a read of our own
+			}
+		}
+	} else {
+		f, _, err = l.s.read(ctx, key)
+	}
 	if err != nil {
 		return Head{}, false, err
 	}
