@@ -55,3 +55,12 @@ func TestOwnSealMemoryStaysOnTheNode(t *testing.T) {
 		t.Fatalf("the hint handed out carries this node's own seal: %+v %v", got, ok)
 	}
 }
+
+// The seal a claim reads with its PUT is at the key the log writes it to
+// (docs/design.md, "Bucket layout": the epoch in decimal, the txid in 16
+// lower-case hex digits).
+func TestSealKeyIsTheLogsSlotKey(t *testing.T) {
+	if got, want := sealKey("c1", 12, 0xab), "cells/c1/ltx/e12/00000000000000ab.ltx"; got != want {
+		t.Fatalf("sealKey = %q, want %q", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 	"github.com/deedkit/deed/owner"
+	"github.com/deedkit/deed/replication"
 )
 
 // unmarkedEpoch stages the race the claim record's announcement exists
@@ -112,4 +113,13 @@ func TestOwnReleaseOpensWithoutARequest(t *testing.T) {
 		}
 	}
 	g.check(t, m)
+}
+
+// owner reads the seal a released end names with the claim, at the key it
+// builds itself (owner cannot import this package): the same literal is
+// pinned there (TestSealKeyIsTheLogsSlotKey).
+func TestSlotKeyForm(t *testing.T) {
+	if got, want := replication.SlotKey("c1", 12, 0xab), "cells/c1/ltx/e12/00000000000000ab.ltx"; got != want {
+		t.Fatalf("SlotKey = %q, want %q", got, want)
+	}
 }
