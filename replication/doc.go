@@ -95,6 +95,15 @@
 // announced, a successor's walk tombstones its slot 1 unless its record is
 // there first, so the create-only PUT of that slot is epoch 1's fence.
 //
+// An epoch E whose claim took its predecessor's released end (a release
+// naming where its log sealed the chain) announces itself in that claim
+// record instead ("announces": E in own.json, carried on by every later
+// write of it until a release that names its end): its Open skips steps
+// 1–2, and every later claimer's walk counts E announced. It starts at the
+// named seal, which its claim read with its PUT (not at all when the
+// release was its own node's and its log saw the seal land); if the slot
+// holds no such seal it walks (steps 3–5).
+//
 // Any other epoch that never announces never writes. One that announces after
 // E's LIST announced after E's claim, so its re-check (step 2) sees E and
 // it never writes either. So every epoch that can still write at T is in
