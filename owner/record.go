@@ -112,25 +112,42 @@ func sealKey(cell string, epoch, txid uint64) string {
 }
 
 // readSealAhead sends the read of the seal prev names, to run while the
-// claim's PUT is in flight; wait blocks until it has answered and filled
-// in prev.Read and prev.Seal. Nothing is read for the node's own seal.
+// claim's PUT is in flight. wait, called when the PUT has answered, waits
+// for the read at most as long again as the PUT took (at least 10 ms),
+// then cuts it off: a read that hangs or fails leaves prev.Read unset, and
+// the log reads the slot itself (with its retries), so a slow read costs
+// a request, never a stuck claim. Nothing is read for the node's own seal.
 func (n *Node) readSealAhead(ctx context.Context, cell string, prev *PrevEnd) (wait func()) {
 	if prev == nil || prev.Own || prev.End.TxID == 0 {
 		return func() {}
 	}
+	start := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	var read bool
+	var seal []byte
 	key := sealKey(cell, prev.Epoch, prev.End.TxID)
 	go func() {
 		defer close(done)
-		obj, err := n.b.Get(ctx, key, maxSealRead)
+		obj, err := n.b.Get(rctx, key, maxSealRead)
 		switch {
 		case err == nil:
-			prev.Read, prev.Seal = true, obj.Body
+			read, seal = true, obj.Body
 		case errors.Is(err, bucket.ErrNotFound):
-			prev.Read = true
+			read = true
 		}
 	}()
-	return func() { <-done }
+	return func() {
+		grace := time.NewTimer(max(time.Since(start), 10*time.Millisecond))
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+		}
+		cancel()
+		<-done
+		prev.Read, prev.Seal = read, seal // read: a body, or a definite 404
+	}
 }
 
 // Released reports whether the record names no owner.
