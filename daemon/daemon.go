@@ -68,6 +68,9 @@ type Config struct {
 	// TrimDeleteRate bounds the deletes per second of the background
 	// deletion below trim points (0 means DefaultTrimDeleteRate).
 	TrimDeleteRate float64
+	// Retention, when set, trims on every cell held here the records
+	// older than it (by their timestamp); 0 keeps them. See retention.go.
+	Retention time.Duration
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
@@ -109,7 +112,8 @@ type Daemon struct {
 
 	idle *idleSweeper // nil when neither IdleRelease nor MaxCells is set
 
-	tr trims // trim points seen and the background deletion below them (trim.go)
+	ret retention // what the retention sweep knows of held cells (retention.go)
+	tr  trims     // trim points seen and the background deletion below them (trim.go)
 	// bg is the context of background work, ended by Close.
 	bg context.Context
 }
@@ -224,6 +228,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	go d.watchNode(wctx, n)
 	d.startIdleSweep(wctx)
 	d.startRebalancer(wctx)
+	d.startRetention(wctx)
 	return d, nil
 }
 
