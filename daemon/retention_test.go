@@ -56,7 +56,7 @@ func (c *cellRequests) List(ctx context.Context, in bucket.ListInput) (bucket.Li
 // startRetentionDaemon is a daemon with Config.Retention set whose sweep
 // the test runs by hand (the ticker's is at most every 10 s, and the test
 // calls retentionSweep itself).
-func startRetentionDaemon(t *testing.T, b bucket.Bucket, retention time.Duration) *testDaemon {
+func startRetentionDaemon(t testing.TB, b bucket.Bucket, retention time.Duration) *testDaemon {
 	t.Helper()
 	d, err := Open(t.Context(), Config{Node: "a", Advertise: "http://a", TTL: 2 * time.Second, Version: testVersion}, b, slog.New(slog.DiscardHandler))
 	if err != nil {
