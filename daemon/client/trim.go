@@ -22,7 +22,9 @@ type TrimOptions struct {
 // holder deletes, in the background, the files wholly below it that the
 // newest snapshot covers. The point never moves back; the answer is the
 // point in effect, which may be higher than before. A point past the
-// committed tail is refused (DEED-E040).
+// committed tail is refused (DEED-E040). A Follow that started below the
+// point ends with that DEED-E046: start again from Snapshot's position, or
+// from FirstPos − 1.
 func (c *Client) Trim(ctx context.Context, cell string, before uint64, opts TrimOptions) (TrimResult, error) {
 	var v TrimResult
 	q := url.Values{"before": {strconv.FormatUint(before, 10)}}
