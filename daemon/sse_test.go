@@ -330,8 +330,8 @@ func TestEventStreamThroughPeerSurvivesMoves(t *testing.T) {
 	waitFor(t, "c to hand x off", func() bool { return c.d.held("x") == nil })
 	appendOK(t, a.srv.URL, "x", "r5")
 	s.expectRecords(t, 4, "r5")
+	closeOK(t, b.d) // seals and releases whatever it held again; its waiting reads answer
 	b.srv.Close()
-	closeOK(t, b.d) // seals and releases whatever it held again
 	appendOK(t, a.srv.URL, "x", "r6")
 	appendOK(t, a.srv.URL, "x", "r7")
 	s.expectRecords(t, 5, "r6", "r7")
@@ -341,5 +341,29 @@ func TestEventStreamThroughPeerSurvivesMoves(t *testing.T) {
 			t.Fatalf("an event past the last record: %+v", ev)
 		}
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// A read waiting on the holder's log answers empty as soon as that log
+// ends here (the cell released, moved or drained away), so that its
+// reader (a stream's loop, a forwarding node) asks again where the cell is
+// now, instead of the old holder polling the bucket until the wait runs out.
+func TestWaitingReadAnswersWhenTheCellLeaves(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
+	appendOK(t, a.srv.URL, "c", "one")
+	got := asyncRead(t, a.srv.URL+"/v1/cells/c/records?after=1&wait=30s")
+	waitFor(t, "the read to wait", func() bool { return a.d.waiting.Load() == 1 })
+	time.Sleep(50 * time.Millisecond) // it sleeps on the log by now
+	if st, res := a.call(t, "POST", "/v1/cells/c/release", ""); st != 200 {
+		t.Fatalf("release: %d %v", st, res)
+	}
+	select {
+	case r := <-got:
+		if r.status != 200 || len(recordsOf(r)) != 0 {
+			t.Fatalf("waiting read: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting read went on waiting after its cell left the node")
 	}
 }
