@@ -562,6 +562,9 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, cfg APIConfig)
 	if done {
 		return
 	}
+	if _, peer := peerOf(r.Context()); peer && d.held(name) == nil {
+		w.Header().Set(headerNotHeld, "true")
+	}
 	if err != nil {
 		writeError(w, err)
 		return

@@ -367,3 +367,39 @@ func TestWaitingReadAnswersWhenTheCellLeaves(t *testing.T) {
 		t.Fatal("the waiting read went on waiting after its cell left the node")
 	}
 }
+
+// A waiting read forwarded to a node that no longer holds the cell (the
+// hint of an earlier forward) is served there from the bucket, and marked
+// so: the next one goes to the cell's holder, whose commit wakes it.
+func TestWaitingReadForwardedPastAStaleHolder(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startFleetNode(t, m.Client("a"), "a", testSecret, "", APIConfig{})
+	b := startFleetNode(t, m.Client("b"), "b", testSecret, "", APIConfig{})
+	c := startFleetNode(t, m.Client("c"), "c", testSecret, "", APIConfig{})
+	waitFor(t, "every node to trust the others", func() bool {
+		return len(a.d.others()) == 2 && len(b.d.others()) == 2 && len(c.d.others()) == 2
+	})
+	hold(t, b, "x", "r1")
+	if got := send(t, "GET", a.srv.URL+"/v1/cells/x/records?after=0&wait=1s", ""); got.status != 200 || got.hdr.Get(HeaderNode) != "b" {
+		t.Fatalf("read through a: %+v", got) // a's hint: b
+	}
+	if got := send(t, "POST", b.srv.URL+"/v1/cells/x/move?to=c", ""); got.status != 200 {
+		t.Fatalf("move to c: %+v", got)
+	}
+	waitFor(t, "c to hold x", func() bool { return c.d.held("x") != nil && b.d.held("x") == nil })
+	// The first read after the move may reach b (a's hint), which serves
+	// it from the bucket and says so; the next one waits on c.
+	for range 2 {
+		got := asyncRead(t, a.srv.URL+"/v1/cells/x/records?after=1&wait=200ms")
+		<-got
+	}
+	got := asyncRead(t, a.srv.URL+"/v1/cells/x/records?after=1&wait=30s")
+	waitFor(t, "the read to wait on c, the holder", func() bool { return c.d.waiting.Load() == 1 })
+	if n := b.d.waiting.Load(); n != 0 {
+		t.Fatalf("%d reads wait on b, which no longer holds x", n)
+	}
+	appendOK(t, c.srv.URL, "x", "r2")
+	if r := <-got; r.status != 200 || len(recordsOf(r)) != 1 {
+		t.Fatalf("waiting read: %+v", r)
+	}
+}

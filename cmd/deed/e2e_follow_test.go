@@ -279,6 +279,13 @@ func TestE2EFollowersThroughMovesDrainsAndKills(t *testing.T) {
 	stopFollowers()
 	fwg.Wait()
 	step(fmt.Sprintf("log of %d records; %d appends, %d acknowledged, %d refused or unknown", len(log), appends, len(acked), failed))
+	if st, body := call("GET", base("n3")+"/metrics", ""); st == 200 {
+		for l := range strings.SplitSeq(body, "\n") {
+			if strings.HasPrefix(l, "deed_forwards_total") {
+				t.Logf("n3 (the followers' node): %s", l) // "lost": reads cut by the kill, retried in the loop
+			}
+		}
+	}
 
 	for i, rec := range log {
 		if rec.Pos != uint64(i)+1 {
