@@ -32,7 +32,7 @@ type sseStream struct {
 // openStream opens GET url with Accept: text/event-stream and hdr (name,
 // value pairs) and starts reading its events; a non-200 answer is
 // returned with a nil stream.
-func openStream(t *testing.T, url string, hdr ...string) (*sseStream, answer) {
+func openStream(t testing.TB, url string, hdr ...string) (*sseStream, answer) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
 	req.Header.Set("Accept", "text/event-stream")
@@ -89,7 +89,7 @@ func openStream(t *testing.T, url string, hdr ...string) (*sseStream, answer) {
 
 // next is the stream's next event that is not a comment (or the retry
 // field), within 20 s.
-func (s *sseStream) next(t *testing.T) sseEvent {
+func (s *sseStream) next(t testing.TB) sseEvent {
 	t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
@@ -109,7 +109,7 @@ func (s *sseStream) next(t *testing.T) sseEvent {
 }
 
 // record is the next event as a record: its position and data.
-func (s *sseStream) record(t *testing.T) client.Record {
+func (s *sseStream) record(t testing.TB) client.Record {
 	t.Helper()
 	ev := s.next(t)
 	var rec client.Record
