@@ -281,7 +281,7 @@ func TestE2EFollowersThroughMovesDrainsAndKills(t *testing.T) {
 	step(fmt.Sprintf("log of %d records; %d appends, %d acknowledged, %d refused or unknown", len(log), appends, len(acked), failed))
 	if st, body := call("GET", base("n3")+"/metrics", ""); st == 200 {
 		for l := range strings.SplitSeq(body, "\n") {
-			if strings.HasPrefix(l, "deed_forwards_total") {
+			if strings.HasPrefix(l, "deed_forwarded_total") {
 				t.Logf("n3 (the followers' node): %s", l) // "lost": reads cut by the kill, retried in the loop
 			}
 		}
