@@ -43,6 +43,9 @@ type APIConfig struct {
 	// MaxWaitingReads bounds the reads with ?wait= waiting at once on this
 	// node; one more is refused with DEED-E014.
 	MaxWaitingReads int
+	// MaxFollowers bounds the event streams (?follow=true) this node
+	// serves at once; one more is refused with DEED-E014.
+	MaxFollowers int
 	// Node names this node in the Deed-Node header of every answer;
 	// Daemon.Handler sets it from Config.Node.
 	Node string
@@ -84,6 +87,9 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	if cfg.MaxWaitingReads <= 0 {
 		cfg.MaxWaitingReads = DefaultMaxWaitingReads
 	}
+	if cfg.MaxFollowers <= 0 {
+		cfg.MaxFollowers = DefaultMaxFollowers
+	}
 	if h := advertiseHost(d.cfg.Advertise); h != "" {
 		cfg.Hosts = append(slices.Clip(cfg.Hosts), h)
 	}
@@ -105,7 +111,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("POST /v1/cells/{cell}/release", d.releaseCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/append", func(w http.ResponseWriter, r *http.Request) { d.appendCell(w, r, cfg.MaxBody) })
 	mux.HandleFunc("POST /v1/cells/{cell}/batch", func(w http.ResponseWriter, r *http.Request) { d.appendBatch(w, r, cfg.MaxBody) })
-	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg.MaxLimit, cfg.MaxWaitingReads) })
+	mux.HandleFunc("GET /v1/cells/{cell}/records", func(w http.ResponseWriter, r *http.Request) { d.readCell(w, r, cfg) })
 	mux.HandleFunc("GET /v1/cells/{cell}/tail", d.tailCell)
 	mux.HandleFunc("PUT /v1/cells/{cell}/snapshot", d.putSnapshot)
 	mux.HandleFunc("GET /v1/cells/{cell}/snapshot", d.getSnapshot)
@@ -504,7 +510,8 @@ func (d *Daemon) appendRecords(w http.ResponseWriter, r *http.Request, body []by
 	writeJSONStatus(w, http.StatusOK, client.AppendResult{Cell: c.name, Epoch: res.Epoch, TxID: uint64(res.TxID), Pos: uint64(res.FirstPos), TS: res.TS})
 }
 
-func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit, maxWaiting int) {
+func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, cfg APIConfig) {
+	maxLimit, maxWaiting := cfg.MaxLimit, cfg.MaxWaitingReads
 	name := r.PathValue("cell")
 	if err := owner.ValidateName("cell", name); err != nil {
 		writeError(w, err)
@@ -531,6 +538,15 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit, maxW
 		writeError(w, err)
 		return
 	}
+	follow, err := boolParam(r, "follow")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, peer := peerOf(r.Context()); follow && !peer {
+		d.startStream(w, r, name, replication.Pos(after), int(limit), barrier || q.Has("wait"), cfg.MaxFollowers)
+		return
+	}
 	if wait > 0 {
 		if n := d.waiting.Add(1); n > int64(maxWaiting) {
 			d.waiting.Add(-1)
@@ -546,6 +562,9 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, maxLimit, maxW
 	recs, done, err := d.readWaiting(w, r, name, replication.Pos(after), int(limit), barrier, wait)
 	if done {
 		return
+	}
+	if _, peer := peerOf(r.Context()); peer && d.held(name) == nil {
+		w.Header().Set(headerNotHeld, "true")
 	}
 	if err != nil {
 		writeError(w, err)

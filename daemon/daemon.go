@@ -105,6 +105,16 @@ type Daemon struct {
 	unable unableCounts // requests forwarded because this node could not serve them
 	// waiting counts the reads with ?wait= under way (APIConfig.MaxWaitingReads).
 	waiting atomic.Int64
+	// followers counts the event streams under way (APIConfig.MaxFollowers).
+	followers atomic.Int64
+	// streamsCtx ends every event stream when cancelled (EndStreams,
+	// Close): a stream has no end of its own, so that a shutdown waiting
+	// for handlers would wait for it in vain.
+	streamsCtx context.Context
+	endStreams context.CancelFunc
+	// sseHeartbeat is the streams' heartbeat (0: sseHeartbeat), shortened
+	// by tests.
+	sseHeartbeat time.Duration
 
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
@@ -198,6 +208,9 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	if cfg.API.MaxLimit == 0 {
 		cfg.API.MaxLimit = DefaultMaxLimit
 	}
+	if cfg.API.MaxFollowers == 0 {
+		cfg.API.MaxFollowers = DefaultMaxFollowers
+	}
 	m := newMetrics(cfg.Version)
 	// One log line per store outage, not one per failed request.
 	health := &storeHealth{log: log}
@@ -209,6 +222,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	}
 	cfg.API.peers = nil // handler sets it
 	d := &Daemon{cfg: cfg, log: log, m: m, cells: map[string]*cell{}, fenced: make(chan error, 1), peers: peers}
+	d.streamsCtx, d.endStreams = context.WithCancel(context.Background())
 	d.b = instrumented{b: b, m: m, h: health}
 	d.logOpts = replication.Shared(replication.WithLogger(log), replication.WithCommitObserver(m.observeCommit),
 		replication.WithIdempotencyWindow(cfg.KeyWindow, cfg.KeyLimit))
@@ -648,6 +662,12 @@ func (d *Daemon) retire(ctx context.Context, name, reason string) (owner.Record,
 	return owner.Record{Node: "", Epoch: l.Epoch()}, nil
 }
 
+// EndStreams ends every event stream this node serves (each says so in a
+// last event "error", DEED-E011: reconnect through another node) and any
+// started later: call it when the server shuts down, whose wait for
+// handlers would otherwise wait out the streams. Close calls it too.
+func (d *Daemon) EndStreams() { d.endStreams() }
+
 // Close drains: every log is sealed and every cell released, then the node
 // lease is marked released, so peers can claim everything at once.
 func (d *Daemon) Close(ctx context.Context) error {
@@ -659,6 +679,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.closed = true
 	n := d.node
 	d.mu.Unlock()
+	d.EndStreams()
 	// Once closed is set acquire claims nothing, so a cell entered after
 	// this snapshot gets no lease: the snapshot holds every cell to drain.
 	cells := d.cellEntries()

@@ -54,7 +54,8 @@ func waitParam(s string) (time.Duration, error) {
 // closes (no goroutine of its own, no store request while it waits); on
 // a cell held elsewhere (no fleet to forward through) or by nobody it
 // reads the bucket again every unheldPoll. It answers empty when wait
-// runs out; a client that goes away ends it.
+// runs out, or when the log it waited on ends here (the cell moved
+// away); a client that goes away ends it.
 func (d *Daemon) readWaiting(w http.ResponseWriter, r *http.Request, name string, after replication.Pos, limit int, barrier bool, wait time.Duration) ([]replication.Record, bool, error) {
 	deadline := time.Now().Add(wait)
 	for {
@@ -78,6 +79,13 @@ func (d *Daemon) readWaiting(w http.ResponseWriter, r *http.Request, name string
 		t := time.NewTimer(left)
 		select {
 		case <-changed:
+			if d.held(name) == nil {
+				// The log ended here (moved, drained, released): answered
+				// empty at once, so that the reader asks again where the
+				// cell is now rather than this node polling the bucket.
+				t.Stop()
+				return nil, false, nil
+			}
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()

@@ -43,6 +43,13 @@ const (
 	// (StartingHandler): nothing was done, and a forwarder routes the
 	// request once more without that node, as if its dial had failed.
 	headerStarting = "Deed-Starting"
+	// headerNotHeld marks a read a peer forwarded that its receiver served
+	// without holding the cell (from the bucket: the cell moved away from
+	// it): the forwarder forgets it as the cell's holder instead of
+	// sending it the next waiting read, which it would serve by polling
+	// rather than wake on a commit. Not covered by the answer's proof: it
+	// can only cost the forwarder one read of the ownership record.
+	headerNotHeld = "Deed-Not-Held"
 	// maxHops bounds the forwards of one request: a client's node may
 	// send it to the preferred node, which may send it once more to the
 	// live holder its claim was refused for. Never further, so a request
@@ -558,13 +565,15 @@ func (d *Daemon) tryForward(w http.ResponseWriter, r *http.Request, to member, b
 		d.hints.drop(r.PathValue("cell"))
 		return errMovedHere
 	}
-	if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
+	if resp.Header.Get(headerNotHeld) != "" {
+		d.hints.drop(r.PathValue("cell"))
+	} else if served := resp.Header.Get(HeaderNode); resp.StatusCode/100 == 2 && served != "" && served != d.cfg.Node {
 		d.hints.set(r.PathValue("cell"), served, time.Now().Add(d.cfg.TTL))
 	}
 	h := w.Header()
 	for k, vs := range resp.Header {
 		switch k {
-		case "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Date":
+		case "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Date", headerNotHeld:
 			continue
 		}
 		h[k] = vs

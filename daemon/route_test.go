@@ -81,7 +81,7 @@ type fleetNode struct {
 	srv *httptest.Server
 }
 
-func startFleetNode(t *testing.T, b bucket.Bucket, node, secret, advertise string, api APIConfig) *fleetNode {
+func startFleetNode(t testing.TB, b bucket.Bucket, node, secret, advertise string, api APIConfig) *fleetNode {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
 	if advertise == "" {

@@ -11,10 +11,11 @@ import (
 	"github.com/deedkit/deed/internal/serve"
 )
 
-// How long the API waits on a client. No endpoint streams or long-polls
-// (read --follow polls), so every bound is about a client that is slow or
-// gone, never about a handler: an append may take as long as the store
-// needs to make it durable, and no timeout here cuts it off.
+// How long the API waits on a client. Every bound is about a client that
+// is slow or gone, never about a handler: an append may take as long as
+// the store needs to make it durable, a waiting read or an event stream as
+// long as it follows, and no timeout here cuts it off (a stream gives each
+// event its own apiWriteTimeout).
 const (
 	// apiHeaderTimeout bounds the request line and headers, and how long a
 	// new connection may stay silent.

@@ -197,6 +197,8 @@ func specExchanges() []exchange {
 		{"GET", "/v1/cells/a/records?limit=100000", "", auth, 400},
 		{"GET", "/v1/cells/a/records?after=2&wait=10ms", "", auth, 200},
 		{"GET", "/v1/cells/a/records?wait=2m", "", auth, 400},
+		{"GET", "/v1/cells/a/records?follow=true", "", auth, 406},
+		{"GET", "/v1/cells/a/records?follow=true&wait=1s", "", append([]string{"Accept", "text/event-stream"}, auth...), 400},
 		{"GET", "/v1/cells/a/tail", "", auth, 200},
 		{"GET", "/v1/cells/a/snapshot", "", auth, 404},
 		{"PUT", "/v1/cells/a/snapshot?upto=9", "s", append([]string{"Content-Type", "application/octet-stream"}, auth...), 400},

@@ -24,7 +24,7 @@ const (
 	CodeUnavailable  Code = "DEED-E011" // store unreachable / transient store error
 	CodeAmbiguous    Code = "DEED-E012" // ambiguous outcome could not be resolved
 	CodePeer         Code = "DEED-E013" // the node that holds (or is placed to hold) the cell could not be reached; not applied
-	CodeBusy         Code = "DEED-E014" // the node serves as many waiting reads as it may (--max-waiting-reads); not applied, retry later or elsewhere
+	CodeBusy         Code = "DEED-E014" // the node serves as many waiting reads (--max-waiting-reads) or event streams (--max-followers) as it may; not applied, retry later or elsewhere
 	CodeHeld         Code = "DEED-E020" // cell held by a live node
 	CodeSuperseded   Code = "DEED-E021" // lease lost: superseded by a newer epoch
 	CodeReleased     Code = "DEED-E022" // lease already released

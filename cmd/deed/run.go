@@ -40,6 +40,7 @@ type runFlags struct {
 	maxBody      int64
 	maxLimit     int
 	maxWaiting   int
+	maxFollowers int
 	fenceExit    bool
 	drainTimeout time.Duration
 	maxConns     int
@@ -141,6 +142,7 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.Int64Var(&rf.maxBody, "max-body", 1<<20, "largest accepted request body (one record), in bytes")
 	f.IntVar(&rf.maxLimit, "max-limit", 1000, "largest ?limit of a read")
 	f.IntVar(&rf.maxWaiting, "max-waiting-reads", daemon.DefaultMaxWaitingReads, "most reads with ?wait= waiting at once on this node (one more: DEED-E014)")
+	f.IntVar(&rf.maxFollowers, "max-followers", daemon.DefaultMaxFollowers, "most event streams (?follow=true) served at once by this node (one more: DEED-E014)")
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
 	f.DurationVar(&rf.retention, "retention", 0, "trim, on every cell this node holds, the records older than this (by their timestamp; past the newest snapshot if need be, see deed trim); 0: keep every record")
@@ -169,8 +171,8 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	if rf.token == "" && !isLoopback(host) {
 		return errcode.Errorf(errcode.CodeBadRequest, "--listen %s is not loopback: set --token (or %s) so the API is not open to the network", rf.listen, envToken)
 	}
-	if rf.maxBody <= 0 || rf.maxLimit <= 0 || rf.maxWaiting <= 0 || rf.maxConns < 0 {
-		return errcode.Errorf(errcode.CodeBadRequest, "--max-body, --max-limit and --max-waiting-reads must be positive, --max-conns not negative")
+	if rf.maxBody <= 0 || rf.maxLimit <= 0 || rf.maxWaiting <= 0 || rf.maxFollowers <= 0 || rf.maxConns < 0 {
+		return errcode.Errorf(errcode.CodeBadRequest, "--max-body, --max-limit, --max-waiting-reads and --max-followers must be positive, --max-conns not negative")
 	}
 	if rf.idleRelease < 0 || (rf.idleRelease > 0 && rf.idleRelease < time.Second) || rf.maxCells < 0 {
 		return errcode.Errorf(errcode.CodeBadRequest, "--idle-release %v: want 0 (off) or at least 1s; --max-cells %d: want 0 (no bound) or more", rf.idleRelease, rf.maxCells)
@@ -222,7 +224,7 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	}
 	// The fleet secret from the first answer: a peer forwarding to this
 	// node while it starts gets a proved "not applied, retry", not a 401.
-	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, MaxWaitingReads: rf.maxWaiting, Node: cfg.node}.WithFleetSecret(rf.fleetSecret)
+	api := daemon.APIConfig{Token: rf.token, MaxBody: rf.maxBody, MaxLimit: rf.maxLimit, MaxWaitingReads: rf.maxWaiting, MaxFollowers: rf.maxFollowers, Node: cfg.node}.WithFleetSecret(rf.fleetSecret)
 	// Requests get a context the drain cancels: http.Server.Shutdown waits
 	// for handlers but never cancels them, and an append retrying its slot
 	// through an outage would hold the whole drain budget.
@@ -268,6 +270,9 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 		return err
 	}
 	h.Set(d.Handler())
+	// Event streams never end by themselves: the shutdown ends them (each
+	// client reconnects elsewhere) rather than waiting out its budget.
+	srv.RegisterOnShutdown(d.EndStreams)
 	trimCtx, stopTrim := context.WithCancel(ctx)
 	defer stopTrim()
 	startIdleTrim(trimCtx)
