@@ -54,7 +54,8 @@ build:
 # The second line builds the deliberately broken protocol variants (the
 # deedbroken tag: never in a release build) and checks that the
 # simulation's checkers catch every one of them, and that replication's
-# step-by-step races break under the variants they pin. The last two fuzz
+# step-by-step races (and the daemon's handoff of a chain end) break under
+# the variants they pin. The last two fuzz
 # the .ltx decoder and encoder briefly (seeds: testdata/ltx and
 # replication/testdata/fuzz); a failing input is written to
 # replication/testdata/fuzz/ for `go test -run` to replay. FUZZTIME
@@ -67,7 +68,7 @@ build:
 FUZZTIME ?= 100000x
 test:
 	$(GO) test -race ./...
-	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication
+	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 

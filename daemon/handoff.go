@@ -48,7 +48,29 @@ const (
 	// with one If-Match PUT on it instead of reading first.
 	headerHandoffETag  = "Deed-Handoff-ETag"
 	headerHandoffEpoch = "Deed-Handoff-Epoch"
+	// headerHandoffEnd is where that epoch's log sealed its chain
+	// ("txid=T pos=P", the End its release recorded): the target's log
+	// reads that one seal instead of listing and walking the log. It is a
+	// hint like the release record's own end, checked the same way (the
+	// seal is read; anything else there and the log walks), so a stale or
+	// wrong value costs the walk, never a record.
+	headerHandoffEnd = "Deed-Handoff-End"
 )
+
+// formatHandoffEnd and parseHandoffEnd are headerHandoffEnd's value.
+func formatHandoffEnd(e owner.End) string {
+	return fmt.Sprintf("txid=%d pos=%d", e.TxID, e.Pos)
+}
+
+func parseHandoffEnd(v string) (owner.End, error) {
+	var e owner.End
+	// The round trip through formatHandoffEnd refuses anything but the
+	// canonical form (signs, leading zeros, trailing text).
+	if _, err := fmt.Sscanf(v, "txid=%d pos=%d", &e.TxID, &e.Pos); err != nil || e.TxID == 0 || e.Pos == 0 || v != formatHandoffEnd(e) {
+		return owner.End{}, errcode.Errorf(errcode.CodeBadRequest, "handoff: %s %q is not \"txid=T pos=P\" with T, P > 0; nothing was claimed (the pushing node runs another version: upgrade every node of the fleet together)", headerHandoffEnd, v)
+	}
+	return e, nil
+}
 
 // handoffs is the daemon's state for moves: cells just handed off (so that
 // requests that waited on them here are forwarded, not re-claimed), cells
@@ -368,6 +390,9 @@ func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned
 	if hint.ReleasedETag != "" {
 		pr.req.Header.Set(headerHandoffETag, hint.ReleasedETag)
 		pr.req.Header.Set(headerHandoffEpoch, strconv.FormatUint(hint.Epoch, 10))
+		if hint.End != nil {
+			pr.req.Header.Set(headerHandoffEnd, formatHandoffEnd(*hint.End))
+		}
 	}
 	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
@@ -415,10 +440,22 @@ func (d *Daemon) takeHandoff(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := peer.from
+	var end *owner.End
+	if v := r.Header.Get(headerHandoffEnd); v != "" {
+		e, err := parseHandoffEnd(v)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		end = &e
+	}
 	if etag := r.Header.Get(headerHandoffETag); etag != "" {
 		epoch, err := strconv.ParseUint(r.Header.Get(headerHandoffEpoch), 10, 64)
 		if n, nerr := d.currentNode(); err == nil && nerr == nil {
-			n.NoteHint(name, owner.Hint{ReleasedETag: etag, Epoch: epoch})
+			// The end rides with the ETag: the claim uses it only when
+			// its If-Match on that ETag succeeds at epoch+1 (so no claim
+			// came between), and the log reads the seal it names.
+			n.NoteHint(name, owner.Hint{ReleasedETag: etag, Epoch: epoch, End: end})
 		}
 	}
 	h, err := d.claimHere(r.Context(), name, pin)

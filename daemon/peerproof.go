@@ -139,7 +139,7 @@ func parsePeerProof(h string) (peerProof, error) {
 
 // peerSigned are the headers a proof covers besides the request line and
 // body: those that steer what the receiver does.
-var peerSigned = []string{headerHops, headerHandoffETag, headerHandoffEpoch, HeaderIdempotencyKey, "Content-Type"}
+var peerSigned = []string{headerHops, headerHandoffETag, headerHandoffEpoch, headerHandoffEnd, HeaderIdempotencyKey, "Content-Type"}
 
 // requestMAC is the MAC of a peer request: method, path and query as sent,
 // the proof's fields but the MAC, the covered headers, the body's SHA-256.
