@@ -89,9 +89,9 @@ func handoffWithEnd(t *testing.T, edit func(*owner.End)) (ops []string, recs []s
 var wantRecordsAfterHandoff = []string{"1:a0", "2:a1", "3:a2", "4:b0"}
 
 // The push carries the chain end a's release recorded, so b's claim and
-// its log's open are one If-Match PUT, the announcement, the re-check of
-// the record and one GET of the seal it names, with no LIST and no walk;
-// the first append is one PUT more.
+// its log's open are one If-Match PUT (whose record announces the epoch:
+// no marker, no re-check) and one GET of the seal it names, sent beside
+// the PUT, with no LIST and no walk; the first append is one PUT more.
 func TestHandoffCarriesTheChainEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ops, recs := handoffWithEnd(t, nil)
@@ -102,7 +102,7 @@ func TestHandoffCarriesTheChainEnd(t *testing.T) {
 		for _, o := range ops {
 			kinds = append(kinds, strings.Fields(o)[0])
 		}
-		want := []string{"PUT", "PUT", "GET", "GET", "PUT"} // claim, announce, re-check, seal, record
+		want := []string{"PUT", "GET", "PUT"} // claim, the seal read beside it, record
 		if !slices.Equal(kinds, want) {
 			t.Errorf("b's claim, open and first append sent %v, want %v (%d requests)", ops, want, len(want))
 		}
