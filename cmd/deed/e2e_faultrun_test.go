@@ -106,13 +106,15 @@ type faultRun struct {
 	fleet  *e2eFleet
 	nodes  map[string]*faultNode
 	secret string // --fleet-secret-file
+	last   string // the node the previous operation was done to
 	hc     *http.Client
 
 	mu       sync.Mutex
 	answers  map[string]int // "op status code applied" → count
 	refusals []faultRefusal
-	procs    []*proc        // every daemon started, for DEED_FAULT_LOGS
-	attempts map[string]int // op → count
+	samples  map[string]string // "op status code applied" → the first body
+	procs    []*proc           // every daemon started, for DEED_FAULT_LOGS
+	attempts map[string]int    // op → count
 	appends  []*faultAppend
 	clients  []*faultClient
 	events   []faultEvent
@@ -124,7 +126,7 @@ func newFaultRun(t *testing.T, bin string, ttl time.Duration) *faultRun {
 	c := newE2EClusterBin(t, bin)
 	r := &faultRun{t: t, bin: bin, ttl: ttl, c: c, fleet: newE2EFleet(), nodes: map[string]*faultNode{},
 		hc:      &http.Client{Timeout: 5 * time.Second},
-		answers: map[string]int{}, attempts: map[string]int{}}
+		answers: map[string]int{}, attempts: map[string]int{}, samples: map[string]string{}}
 	for _, kv := range c.env {
 		if v, ok := strings.CutPrefix(kv, envEndpoint+"=http://"); ok {
 			r.s3 = v
@@ -175,14 +177,18 @@ func (r *faultRun) restartProxy(node string) {
 }
 
 // count records one attempt's answer.
-func (r *faultRun) count(op string, status int, code, applied string) {
+func (r *faultRun) count(op, node string, status int, code, applied string, body []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.attempts[op]++
 	if status/100 == 2 {
 		return
 	}
-	r.answers[fmt.Sprintf("%s\t%d\t%s\t%s", op, status, code, applied)]++
+	k := fmt.Sprintf("%s\t%d\t%s\t%s", op, status, code, applied)
+	r.answers[k]++
+	if _, ok := r.samples[k]; !ok {
+		r.samples[k] = fmt.Sprintf("%.1fs via %s: %.240s", time.Since(r.began).Seconds(), node, strings.TrimSpace(string(body)))
+	}
 	r.refusals = append(r.refusals, faultRefusal{at: time.Now(), op: op, code: code})
 }
 
@@ -231,9 +237,9 @@ func (r *faultRun) appendValue(cl *faultClient, a *faultAppend) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, base := r.fleet.pick()
+		node, base := r.fleet.pick()
 		st, raw, code, applied := r.send("POST", base+"/v1/cells/"+a.cell+"/append", a.value, key)
-		r.count("append", st, code, applied)
+		r.count("append", node, st, code, applied, raw)
 		if st == http.StatusOK {
 			var res client.AppendResult
 			if err := json.Unmarshal(raw, &res); err != nil {
@@ -267,9 +273,9 @@ func (r *faultRun) appendValue(cl *faultClient, a *faultAppend) {
 func (r *faultRun) barrierRead(cl *faultClient, cell string, after uint64, want string) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, base := r.fleet.pick()
+		node, base := r.fleet.pick()
 		st, raw, code, applied := r.send("GET", fmt.Sprintf("%s/v1/cells/%s/records?barrier=true&after=%d&limit=1", base, cell, after), "", "")
-		r.count("barrier read", st, code, applied)
+		r.count("barrier read", node, st, code, applied, raw)
 		if st == http.StatusOK {
 			var res client.ReadResult
 			if err := json.Unmarshal(raw, &res); err != nil {
@@ -327,9 +333,12 @@ func (r *faultRun) holder(cell string) string {
 	return fmt.Sprintf("n%d", 1+rand.N(4))
 }
 
+// other is a node of the first four other than node and the one the
+// previous operation was done to (a paused node is fenced for a while:
+// not a move's target).
 func (r *faultRun) other(node string) string {
 	for {
-		if n := fmt.Sprintf("n%d", 1+rand.N(4)); n != node {
+		if n := fmt.Sprintf("n%d", 1+rand.N(4)); n != node && n != r.last {
 			return n
 		}
 	}
@@ -423,6 +432,7 @@ func (r *faultRun) run() {
 		time.Sleep(2 * time.Second)
 		p.signal(t, syscall.SIGCONT)
 		r.event(fmt.Sprintf("SIGSTOP 2s of %s (holder of %s)", n, cell), from)
+		r.last = n
 	}
 	move := func(cell string) {
 		n := r.holder(cell)
@@ -630,6 +640,10 @@ func (r *faultRun) report(elapsed time.Duration) {
 		total += rw.n
 	}
 	fmt.Fprintf(&sb, "%-13s %-6s %-30s %-8s %d\n", "all", "", "", "", total)
+	fmt.Fprintf(&sb, "\nthe first answer of each kind:\n")
+	for _, rw := range rows {
+		fmt.Fprintf(&sb, "%s: %s\n", strings.ReplaceAll(rw.k, "\t", " "), r.samples[rw.k])
+	}
 
 	fmt.Fprintf(&sb, "\nlongest time without a successful answer that ended from an operation's start to the next's (3 s after it ends), and the answers other than 2xx meanwhile:\n%-72s %-22s %-30s %s\n", "operation", "a cell (its writer)", "any client", "not 2xx")
 	for i, e := range r.events {
