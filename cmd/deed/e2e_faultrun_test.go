@@ -24,8 +24,9 @@ import (
 )
 
 // The fault run: a black-box minute of a fleet of 4 real daemons on one
-// store, with clients appending (half of them with an Idempotency-Key)
-// and reading with a barrier through random nodes, while a driver pauses
+// store, with clients appending (half of them with an Idempotency-Key,
+// and two clients' appends sent once, so each "no" they get is final) and
+// reading with a barrier through random nodes, while a driver pauses
 // nodes (SIGSTOP 2 s), kills them (kill -9, restart), partitions one
 // (from the store and from its peers, through cutProxy), forces a claim
 // from the CLI, moves cells, drains and undrains a node, restarts one with
@@ -72,6 +73,7 @@ type faultNode struct {
 type faultAppend struct {
 	cell, value string
 	keyed       bool
+	once        bool // sent once whatever the answer: its "no" is final, and checked
 	acked       bool
 	pos         uint64
 	maybe       bool // an attempt may have been applied (unknown, or no answer after sending)
@@ -229,7 +231,8 @@ func (r *faultRun) send(method, url, body, key string) (int, []byte, string, str
 
 // appendValue appends value to cell through random nodes until it is
 // acknowledged, or an attempt may have been applied and it has no key to
-// retry with, or 20 s passed. Every attempt is counted.
+// retry with, or 20 s passed; an append sent once stops at the first
+// answer. Every attempt is counted.
 func (r *faultRun) appendValue(cl *faultClient, a *faultAppend) {
 	key := ""
 	if a.keyed {
@@ -260,7 +263,7 @@ func (r *faultRun) appendValue(cl *faultClient, a *faultAppend) {
 				return // unknown, and no key to retry with safely
 			}
 		}
-		if time.Now().After(deadline) {
+		if a.once || time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(time.Duration(50+rand.N(200)) * time.Millisecond)
@@ -410,7 +413,9 @@ func (r *faultRun) run() {
 				r.mu.Unlock()
 				cell := fmt.Sprintf("m-%02d", rand.N(span))
 				if j%2 == 0 {
-					r.appendValue(cl, r.newAppend(cell, fmt.Sprintf("mixed%d-%d", i, j), false))
+					a := r.newAppend(cell, fmt.Sprintf("mixed%d-%d", i, j), false)
+					a.once = true
+					r.appendValue(cl, a)
 				} else {
 					r.barrierRead(cl, cell, 0, "")
 				}
