@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -650,7 +651,15 @@ func (r *faultRun) report(elapsed time.Duration) {
 		fmt.Fprintf(&sb, "%s: %s\n", strings.ReplaceAll(rw.k, "\t", " "), r.samples[rw.k])
 	}
 
-	fmt.Fprintf(&sb, "\nlongest time without a successful answer that ended from an operation's start to the next's (3 s after it ends), and the answers other than 2xx meanwhile:\n%-72s %-22s %-30s %s\n", "operation", "a cell (its writer)", "any client", "not 2xx")
+	fmt.Fprintf(&sb, "\nlongest time without a successful answer that ended from an operation's start to the next's (3 s after it ends; s: when it ended, from the start), and the answers other than 2xx meanwhile:\n%-72s %-22s %-28s %-34s %s\n",
+		"operation", "the cell operated on", "any cell (its writer)", "any client", "not 2xx")
+	opCell := regexp.MustCompile(`\bf-\d\b`)
+	gap := func(g time.Duration, end time.Time, name string) string {
+		if g == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%v @%.1fs (%s)", g.Round(10*time.Millisecond), end.Sub(r.began).Seconds(), name)
+	}
 	for i, e := range r.events {
 		from, to := e.from, time.Now()
 		if i+1 < len(r.events) {
@@ -670,19 +679,24 @@ func (r *faultRun) report(elapsed time.Duration) {
 			codes = append(codes, fmt.Sprintf("%s×%d", c, n))
 		}
 		slices.Sort(codes)
-		cellGap, cellName := time.Duration(0), ""
-		clientGap, clientName := time.Duration(0), ""
+		own := opCell.FindString(e.what)
+		var ownGap, cellGap, clientGap time.Duration
+		var ownEnd, cellEnd, clientEnd time.Time
+		cellName, clientName := "", ""
 		for _, cl := range r.clients {
-			g := longestGap(cl.ok, from, to)
+			g, end := longestGap(cl.ok, from, to)
+			if cl.cell != "" && cl.cell == own {
+				ownGap, ownEnd = g, end
+			}
 			if cl.cell != "" && g > cellGap {
-				cellGap, cellName = g, cl.cell
+				cellGap, cellEnd, cellName = g, end, cl.cell
 			}
 			if g > clientGap {
-				clientGap, clientName = g, cl.name
+				clientGap, clientEnd, clientName = g, end, cl.name
 			}
 		}
-		fmt.Fprintf(&sb, "%-72s %-22s %-30s %s\n", e.what, fmt.Sprintf("%v (%s)", cellGap.Round(10*time.Millisecond), cellName),
-			fmt.Sprintf("%v (%s)", clientGap.Round(10*time.Millisecond), clientName), strings.Join(codes, " "))
+		fmt.Fprintf(&sb, "%-72s %-22s %-28s %-34s %s\n", e.what, gap(ownGap, ownEnd, own), gap(cellGap, cellEnd, cellName),
+			gap(clientGap, clientEnd, clientName), strings.Join(codes, " "))
 	}
 	t.Log("\n" + sb.String())
 	if out := os.Getenv("DEED_FAULT_REPORT"); out != "" {
@@ -695,12 +709,13 @@ func (r *faultRun) report(elapsed time.Duration) {
 // longestGap is the longest time between consecutive successes in ok
 // (sorted) that ended in [from, to): the unavailability an operation
 // started then caused or ended.
-func longestGap(ok []time.Time, from, to time.Time) time.Duration {
+func longestGap(ok []time.Time, from, to time.Time) (time.Duration, time.Time) {
 	var longest time.Duration
+	var end time.Time
 	for i := 1; i < len(ok); i++ {
-		if !ok[i].Before(from) && ok[i].Before(to) {
-			longest = max(longest, ok[i].Sub(ok[i-1]))
+		if !ok[i].Before(from) && ok[i].Before(to) && ok[i].Sub(ok[i-1]) > longest {
+			longest, end = ok[i].Sub(ok[i-1]), ok[i]
 		}
 	}
-	return longest
+	return longest, end
 }
