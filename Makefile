@@ -6,6 +6,12 @@
 #   make test-s3  the same, plus every S3 table against versitygw (installed on first use)
 #   make test-stores  the store tables and the end-to-end scenarios on gs:// and az://
 #                 against fake-gcs-server and Azurite (installed on first use)
+#   make fault-run  a minute of faults on a fleet of 4 real daemons (pauses,
+#                 kill -9, a partition, a forced claim, moves, a drain, a
+#                 SIGTERM restart, a join and a leave): checks every answer
+#                 against the log and prints the refusals by code and the
+#                 longest unavailability per operation; not in make test.
+#                 DEED_BIN=/path runs another build (default bin/deed)
 #   make test-browser  the status page of a 3-node fleet in headless Chromium
 #                 (Debian's chromium installed on first use, or the target
 #                 fails; browsertest/ is its own Go module)
@@ -46,7 +52,7 @@ AZURITE := $(AZURITE_DIR)/node_modules/azurite/dist/src/blob/main.js
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-s3 versitygw test-stores fakegcs azurite test-browser lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
+.PHONY: build test fault-run test-s3 versitygw test-stores fakegcs azurite test-browser lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -71,6 +77,15 @@ test:
 	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
+
+# fault-run: TestE2EFaultRun, env-gated (DEED_FAULT_RUN) so that make test
+# stays fast. DEED_BIN defaults to bin/deed (no race detector: the numbers
+# compare builds, not the detector's overhead); DEED_FAULT_TTL (default 2s),
+# DEED_FAULT_REPORT (a file for the report), DEED_FAULT_LOGS (a directory
+# for the daemons' logs) pass through.
+DEED_BIN ?= $(abspath $(BIN))
+fault-run: build
+	DEED_FAULT_RUN=1 DEED_BIN='$(DEED_BIN)' $(GO) test -count=1 -v -timeout 10m -run '^TestE2EFaultRun$$' ./cmd/deed
 
 # sim: SEEDS seeds of the simulation from SEEDBASE on; a failing seed prints
 # the command that replays it. Then the exhaustive model of owner changes

@@ -118,7 +118,14 @@ type proc struct {
 
 func startDeed(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(deedBinary(t), args...)
+	return startDeedBin(t, deedBinary(t), env, args...)
+}
+
+// startDeedBin is startDeed with the binary at bin (another build, or
+// another version's, as the fault run compares).
+func startDeedBin(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	return startCmd(t, cmd, "deed "+strings.Join(args, " "))
 }
@@ -200,8 +207,15 @@ type e2eCluster struct {
 
 func newE2ECluster(t *testing.T) *e2eCluster {
 	t.Helper()
+	return newE2EClusterBin(t, deedBinary(t))
+}
+
+// newE2EClusterBin is newE2ECluster with the store served by the binary
+// at bin.
+func newE2EClusterBin(t *testing.T, bin string) *e2eCluster {
+	t.Helper()
 	dir := t.TempDir()
-	p := startDeed(t, nil, "fakes3", "--listen", anyPort, "--bucket", "e2e", "--dir", dir)
+	p := startDeedBin(t, bin, nil, "fakes3", "--listen", anyPort, "--bucket", "e2e", "--dir", dir)
 	s3 := waitS3(t, p)
 	// The store checks signatures against the credentials it generated in
 	// its directory before it started listening.

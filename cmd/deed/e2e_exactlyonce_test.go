@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,10 +24,7 @@ import (
 // the value holds.
 func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
 	c := newE2ECluster(t)
-	secret := filepath.Join(t.TempDir(), "fleet-secret")
-	if err := os.WriteFile(secret, []byte("e2e-fleet-secret-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secret := fleetSecretFile(t)
 	const ttl = 2 * time.Second
 	names := []string{"n1", "n2", "n3"}
 	var mu sync.Mutex // guards procs, bases and clients: a restarted node has a new port

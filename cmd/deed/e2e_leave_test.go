@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,10 +15,7 @@ import (
 // (DEED-E013) or a forward cut off in flight (DEED-E012).
 func TestE2ESIGTERMLeavesLikeADrain(t *testing.T) {
 	c := newE2ECluster(t)
-	secretFile := filepath.Join(t.TempDir(), "fleet-secret")
-	if err := os.WriteFile(secretFile, []byte("e2e-fleet-secret-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secretFile := fleetSecretFile(t)
 	const ttl = 2 * time.Second
 	names := []string{"n1", "n2", "n3"}
 	procs, base := map[string]*proc{}, map[string]string{}

@@ -7,44 +7,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// plannedFleet is the fleet of TestE2EPlannedOperations: which nodes
-// clients may send to, and their addresses.
-type plannedFleet struct {
-	mu   sync.Mutex
-	up   map[string]string // node → base URL, of the nodes clients use
-	all  map[string]string
-	proc map[string]*proc
-}
-
-func (f *plannedFleet) pick() (string, string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	names := make([]string, 0, len(f.up))
-	for n := range f.up {
-		names = append(names, n)
-	}
-	n := names[rand.N(len(names))]
-	return n, f.up[n]
-}
-
-func (f *plannedFleet) setUp(node, base string, up bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if up {
-		f.up[node], f.all[node] = base, base
-	} else {
-		delete(f.up, node)
-	}
-}
 
 // Only planned operations — moves, a drain and its undoing, a SIGTERM and
 // restart of one node, a 5th node joining then leaving (SIGTERM), a quiet
@@ -56,10 +24,7 @@ func TestE2EPlannedOperations(t *testing.T) {
 		t.Skip("a minute of a fleet of real processes")
 	}
 	c := newE2ECluster(t)
-	secretFile := filepath.Join(t.TempDir(), "fleet-secret")
-	if err := os.WriteFile(secretFile, []byte("e2e-fleet-secret-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secretFile := fleetSecretFile(t)
 	// 5 s, not the 2 s of other fleet tests: five daemons and a store on a
 	// loaded machine must not fence (a fault, which this test is not about).
 	const ttl = 5 * time.Second
@@ -67,7 +32,7 @@ func TestE2EPlannedOperations(t *testing.T) {
 		return startDeed(t, c.env, "run", "--node", n, "--listen", anyPort, "--ttl", ttl.String(),
 			"--fleet-secret-file", secretFile, "--idle-release", "3s")
 	}
-	f := &plannedFleet{up: map[string]string{}, all: map[string]string{}, proc: map[string]*proc{}}
+	f := newE2EFleet()
 	for _, n := range []string{"n1", "n2", "n3", "n4"} {
 		f.proc[n] = start(n)
 	}
@@ -142,14 +107,6 @@ func TestE2EPlannedOperations(t *testing.T) {
 			}
 		})
 	}
-	holderOf := func(cell string) string {
-		for n, base := range f.all {
-			if st, body, ok := call("GET", base+"/v1/cells", ""); ok && st == 200 && strings.Contains(body, `"`+cell+`"`) {
-				return n
-			}
-		}
-		return ""
-	}
 	began := time.Now()
 	step := func(what string) { t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), what) }
 	time.Sleep(2 * time.Second)
@@ -157,7 +114,7 @@ func TestE2EPlannedOperations(t *testing.T) {
 	// Moves: three cells, each from its holder to another node.
 	for i, to := range []string{"n1", "n2", "n3"} {
 		cell := fmt.Sprintf("p-%02d", i)
-		from := holderOf(cell)
+		from := f.holderOf(cell)
 		if from == "" || from == to {
 			continue
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/daemon"
 	"github.com/deedkit/deed/daemon/client"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/owner"
 )
 
@@ -33,11 +34,18 @@ func (e *cellEnv) fleetDaemon(t *testing.T, node string) (*client.Client, string
 // server: the daemon stays, its lease live, its address refusing dials.
 func (e *cellEnv) fleetDaemonServer(t *testing.T, node string) (*client.Client, string, func()) {
 	t.Helper()
+	return e.fleetDaemonOn(t, node, e.b)
+}
+
+// fleetDaemonOn is fleetDaemonServer with the daemon's store requests
+// going to b (a view of e's store a test can cut).
+func (e *cellEnv) fleetDaemonOn(t *testing.T, node string, b bucket.Bucket) (*client.Client, string, func()) {
+	t.Helper()
 	var h atomic.Pointer[http.Handler]
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }))
 	url := "http://" + srv.Listener.Addr().String()
 	d, err := daemon.Open(t.Context(), daemon.Config{Node: node, Advertise: url, TTL: time.Second, MoveRate: -1,
-		FleetSecret: moveTestSecret, API: daemon.APIConfig{MaxBody: 1 << 10, MaxLimit: 100}}, e.b, slog.New(slog.DiscardHandler))
+		FleetSecret: moveTestSecret, API: daemon.APIConfig{MaxBody: 1 << 10, MaxLimit: 100}}, b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +190,103 @@ func TestMoveFromUnreachableHolder(t *testing.T) {
 	if _, err := c2.Cells(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// cutBucket is a store its daemon has lost: once cut, every request fails
+// as a store that cannot be reached does.
+type cutBucket struct {
+	bucket.Bucket
+	cut atomic.Bool
+}
+
+func (b *cutBucket) err(op, key string) error {
+	return errcode.Errorf(errcode.CodeUnavailable, "%s %s: store unreachable (cut by the test)", op, key)
+}
+
+func (b *cutBucket) Get(ctx context.Context, key string, max int64) (bucket.Object, error) {
+	if b.cut.Load() {
+		return bucket.Object{}, b.err("get", key)
+	}
+	return b.Bucket.Get(ctx, key, max)
+}
+
+func (b *cutBucket) Head(ctx context.Context, key string) (bucket.Info, error) {
+	if b.cut.Load() {
+		return bucket.Info{}, b.err("head", key)
+	}
+	return b.Bucket.Head(ctx, key)
+}
+
+func (b *cutBucket) Put(ctx context.Context, key string, body []byte, cond bucket.Condition) (string, error) {
+	if b.cut.Load() {
+		return "", b.err("put", key)
+	}
+	return b.Bucket.Put(ctx, key, body, cond)
+}
+
+func (b *cutBucket) Delete(ctx context.Context, key string, cond bucket.Condition) error {
+	if b.cut.Load() {
+		return b.err("delete", key)
+	}
+	return b.Bucket.Delete(ctx, key, cond)
+}
+
+func (b *cutBucket) List(ctx context.Context, in bucket.ListInput) (bucket.ListPage, error) {
+	if b.cut.Load() {
+		return bucket.ListPage{}, b.err("list", in.Prefix)
+	}
+	return b.Bucket.List(ctx, in)
+}
+
+// deed move of a cell whose holder died (its address refuses dials, its
+// store cut: its node lease and ownership record stay as they were, never
+// renewed, never released): refused with DEED-E020 naming the holder while
+// its lease may still be live, then, retried, claimed on the target once
+// the lease has expired, not before; the record the dead holder
+// acknowledged is kept and the next append follows it.
+func TestMoveFromDeadHolderClaimsAfterExpiry(t *testing.T) {
+	e := newCellEnv(t)
+	e.withFleetSecret(t)
+	b1 := &cutBucket{Bucket: e.b}
+	c1, _, stop1 := e.fleetDaemonOn(t, "n1", b1)
+	c2, _ := e.fleetDaemon(t, "n2")
+	if _, err := c1.Append(t.Context(), "c", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	stop1()
+	b1.cut.Store(true)
+	died := time.Now()
+	const ttl = time.Second // fleetDaemon's
+	r := e.run(t, "move", "c", "--to", "n2")
+	if time.Since(died) < ttl && (r.status != 4 || !strings.Contains(r.stderr, "DEED-E020") || !strings.Contains(r.stderr, "n1")) {
+		t.Fatalf("deed move within the dead holder's TTL: exit %d, %q %q; want DEED-E020 naming n1", r.status, r.stdout, r.stderr)
+	}
+	for r.status != 0 {
+		if r.status != 4 || !strings.Contains(r.stderr, "DEED-E020") {
+			t.Fatalf("deed move from a dead holder: exit %d, %q %q; want DEED-E020 until its lease expires", r.status, r.stdout, r.stderr)
+		}
+		if time.Since(died) > 20*ttl {
+			t.Fatalf("deed move still refused %v after the holder died: %q", time.Since(died), r.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+		r = e.run(t, "move", "c", "--to", "n2")
+	}
+	if took := time.Since(died); took < ttl {
+		t.Fatalf("deed move claimed %v after the holder died, within its TTL of %v", took, ttl)
+	}
+	v, err := c2.Cells(t.Context())
+	if err != nil || !slices.ContainsFunc(v.Cells, func(h client.HeldCell) bool { return h.Cell == "c" }) {
+		t.Fatalf("after the move n2 holds %+v (%v), want c", v, err)
+	}
+	res, err := c2.Append(t.Context(), "c", []byte("two"))
+	if err != nil || res.Pos != 2 {
+		t.Fatalf("append after the move: %+v %v, want pos 2", res, err)
+	}
+	got, err := c2.Read(t.Context(), "c", client.ReadOptions{Barrier: true})
+	if err != nil || len(got.Records) != 2 || string(got.Records[0].Data) != "one" || string(got.Records[1].Data) != "two" {
+		t.Fatalf("read after the move: %+v %v, want one, two", got, err)
+	}
+	t.Logf("claimed on n2 %v after the holder died (TTL %v): %s", time.Since(died).Round(10*time.Millisecond), ttl, strings.TrimSpace(r.stdout))
 }
 
 // A lease anyone could have written is no member: deed drain refuses to
