@@ -22,17 +22,17 @@ import (
 // attempt each, to random cells through random nodes (the joiner too, once
 // it serves): a join is a planned operation, so every append is answered
 // 200. Virtual time (synctest); DEED_JOIN_CELLS sets the number of cells
-// (default 2,000, about 10 s of moves at the default rate; 30000 for the
+// (default 500, about 3 s of virtual moves at the default rate; 30000 for the
 // size at which a refusal was once seen, a few minutes of CPU).
 func TestJoinRefusesNoAppend(t *testing.T) {
-	n := 2000
+	n := 500
 	if v := os.Getenv("DEED_JOIN_CELLS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
 			t.Fatalf("DEED_JOIN_CELLS=%q: want a positive number", v)
 		}
 	}
-	if testing.Short() && n > 2000 {
+	if testing.Short() && n > 500 {
 		t.Skip("a large join: not with -short")
 	}
 	synctest.Test(t, func(t *testing.T) {
