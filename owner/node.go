@@ -703,19 +703,33 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// releaseNodeLease marks the node lease released. A renewal cut off by
+// the close may have landed after its answer was lost, leaving the ETag
+// this node knows one version behind: a 412 is then settled like a
+// renewal's (a lease of this incarnation is adopted) and the release
+// sent again, a few times at most.
 func (n *Node) releaseNodeLease(ctx context.Context) error {
 	key := NodeKey(n.cfg.Name)
-	body, etag := n.nextLeaseVersion(true)
-	_, err := n.b.Put(ctx, key, body, bucket.IfMatch(etag))
-	if errors.Is(err, bucket.ErrAmbiguous) {
-		if got, gerr := getRecord(ctx, n.b, key, "node lease"); gerr == nil && string(got.Body) == string(body) {
+	var err error
+	for range 3 {
+		body, etag := n.nextLeaseVersion(true)
+		_, err = n.b.Put(ctx, key, body, bucket.IfMatch(etag))
+		if err == nil {
 			return nil
 		}
+		if errors.Is(err, bucket.ErrAmbiguous) {
+			if got, gerr := getRecord(ctx, n.b, key, "node lease"); gerr == nil && string(got.Body) == string(body) {
+				return nil
+			}
+		}
+		if !errors.Is(err, bucket.ErrPrecondition) {
+			break
+		}
+		if how, _ := n.settleLease(ctx, key, nil, err); how != "error" {
+			break // replaced or deleted: not this node's to release
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("release node lease %s: %w", n.cfg.Name, err)
-	}
-	return nil
+	return fmt.Errorf("release node lease %s: %w", n.cfg.Name, err)
 }
 
 // forget drops l from the held map if it is still the lease for its cell.
