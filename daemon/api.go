@@ -667,27 +667,6 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func writeErrorStatus(w http.ResponseWriter, status int, err error) {
-	body := errorBodyOf(err)
-	var moved *MovedError
-	if errors.As(err, &moved) {
-		// The sender may be the node the cell went to (the loop rule kept
-		// this node from forwarding back): it serves the request itself.
-		w.Header().Set(headerMovedTo, moved.Node)
-	}
-	if body.FirstPos != nil {
-		w.Header().Set(HeaderFirstPos, strconv.FormatUint(*body.FirstPos, 10))
-	}
-	if status == 0 {
-		status = httpStatus(body.Code)
-	}
-	writeJSONStatus(w, status, body)
-}
-
-// errorBodyOf is the DEED error body of err, as an error answer and an
-// event stream's closing event "error" both carry it: the code, the
-// message led by it, whether it was applied, and what a refusal names
-// (the holder, the next position, the first position still served).
-func errorBodyOf(err error) client.ErrorBody {
 	// The code is the error's own, whatever it wraps: an append cut off by
 	// a cancelled context while its PUT was in flight is DEED-E012 and must
 	// not read as a retryable DEED-E011.
@@ -696,6 +675,12 @@ func errorBodyOf(err error) client.ErrorBody {
 	var held *owner.HeldError
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr
+	}
+	var moved *MovedError
+	if errors.As(err, &moved) {
+		// The sender may be the node the cell went to (the loop rule kept
+		// this node from forwarding back): it serves the request itself.
+		w.Header().Set(headerMovedTo, moved.Node)
 	}
 	var mm *replication.MismatchError
 	if errors.As(err, &mm) {
@@ -706,11 +691,15 @@ func errorBodyOf(err error) client.ErrorBody {
 	if errors.As(err, &trimmed) {
 		first := uint64(trimmed.First)
 		body.FirstPos = &first
+		w.Header().Set(HeaderFirstPos, strconv.FormatUint(first, 10))
+	}
+	if status == 0 {
+		status = httpStatus(code)
 	}
 	if !strings.HasPrefix(body.Error, string(code)) {
 		body.Error = fmt.Sprintf("%s %s", code, body.Error)
 	}
-	return body
+	writeJSONStatus(w, status, body)
 }
 
 func writeJSONStatus(w http.ResponseWriter, status int, v any) {

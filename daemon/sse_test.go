@@ -403,32 +403,3 @@ func TestWaitingReadForwardedPastAStaleHolder(t *testing.T) {
 		t.Fatalf("waiting read: %+v", r)
 	}
 }
-
-// A stream that starts below the cell's trim point ends with an event
-// "error" DEED-E046 naming the first position still served (a follower
-// restarts from the snapshot), not with a retry loop; one from the trim
-// point on gets the records there.
-func TestEventStreamBelowTheTrimPoint(t *testing.T) {
-	m := fakes3.NewMem()
-	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
-	for _, r := range []string{"one", "two", "three"} {
-		appendOK(t, a.srv.URL, "c", r)
-	}
-	if st, res := a.call(t, "POST", "/v1/cells/c/trim?before=3&past_snapshot=true", ""); st != 200 {
-		t.Fatalf("trim: %d %v", st, res)
-	}
-	s, _ := openStream(t, a.srv.URL+"/v1/cells/c/records?after=0&follow=true")
-	ev := s.next(t)
-	var e client.ErrorBody
-	if ev.event != "error" || json.Unmarshal([]byte(ev.data), &e) != nil || e.Code != errcode.CodeTrimmed {
-		t.Fatalf("first event %+v, want an error event with %s", ev, errcode.CodeTrimmed)
-	}
-	if !strings.Contains(ev.data, `"first_pos":3`) {
-		t.Errorf("error event %s does not name first_pos 3", ev.data)
-	}
-	if _, open := <-s.ch; open {
-		t.Fatal("the stream went on after its error event")
-	}
-	s, _ = openStream(t, a.srv.URL+"/v1/cells/c/records?after=2&follow=true")
-	s.expectRecords(t, 2, "three")
-}
