@@ -102,7 +102,6 @@ func TestRetentionTrimsExpiredWithoutIdleRequests(t *testing.T) {
 	}
 	st, res := a.call(t, "GET", "/v1/cells/c/records?after=0", "")
 	wantErr(t, st, res, 410, errcode.CodeTrimmed)
-	waitTrimDeletesDone(t, a.d) // a trim starts deletion in the background
 	before = cb.n.Load()
 	for range 100 {
 		a.d.retentionSweep(ctx)
@@ -117,32 +116,11 @@ func TestRetentionTrimsExpiredWithoutIdleRequests(t *testing.T) {
 	if p, _, _ := replication.ReadTrim(ctx, m.Client("x"), "c"); p != 5 {
 		t.Fatalf("trim point %d after every record expired; want 5", p)
 	}
-	waitTrimDeletesDone(t, a.d) // a trim starts deletion in the background
 	before = cb.n.Load()
 	for range 100 {
 		a.d.retentionSweep(ctx)
 	}
 	if got := cb.n.Load() - before; got != 0 {
 		t.Fatalf("100 sweeps of a cell whose records all expired sent %d store requests, want 0", got)
-	}
-}
-
-// waitTrimDeletesDone waits until d's background deletion below trim
-// points has nothing left to do, so that a count of store requests taken
-// after it is the sweeps' own.
-func waitTrimDeletesDone(t *testing.T, d *Daemon) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d.tr.mu.Lock()
-		running := d.tr.running
-		d.tr.mu.Unlock()
-		if !running {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("background trim deletion still running after 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
