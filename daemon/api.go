@@ -115,7 +115,6 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("GET /v1/cells/{cell}/tail", d.tailCell)
 	mux.HandleFunc("PUT /v1/cells/{cell}/snapshot", d.putSnapshot)
 	mux.HandleFunc("GET /v1/cells/{cell}/snapshot", d.getSnapshot)
-	mux.HandleFunc("POST /v1/cells/{cell}/trim", d.trimCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
@@ -655,8 +654,6 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusUnprocessableEntity
 	case errcode.CodeNoSnapshot:
 		return http.StatusNotFound
-	case errcode.CodeTrimmed:
-		return http.StatusGone
 	default:
 		return http.StatusInternalServerError
 	}
@@ -686,12 +683,6 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 	if errors.As(err, &mm) {
 		next := uint64(mm.NextPos)
 		body.NextPos = &next
-	}
-	var trimmed *replication.TrimmedError
-	if errors.As(err, &trimmed) {
-		first := uint64(trimmed.First)
-		body.FirstPos = &first
-		w.Header().Set(HeaderFirstPos, strconv.FormatUint(first, 10))
 	}
 	if status == 0 {
 		status = httpStatus(code)

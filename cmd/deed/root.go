@@ -78,7 +78,6 @@ var commands = []func(*config) *cobra.Command{
 	newReadCmd,
 	newTailCmd,
 	newSnapshotCmd,
-	newTrimCmd,
 	newGCCmd,
 	newMoveCmd,
 	newDrainCmd,
