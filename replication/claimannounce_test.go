@@ -24,14 +24,7 @@ func unmarkedEpoch(t *testing.T) error {
 	m := fakes3.NewMem()
 	g := newLedger()
 	l1 := claim(t, m, "a", false)
-	lg1 := open(t, m, l1)
-	appendN(t, g, lg1, l1, "a", 2)
-	if err := lg1.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writeAndRelease(t, m, g, l1, "a", 2)
 	l2 := claim(t, m, "b", false)
 	if !l2.AnnouncedByClaim() {
 		t.Fatal("b's claim took a's released end but does not announce its epoch")

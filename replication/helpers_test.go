@@ -155,6 +155,21 @@ func appendN(t testing.TB, g *ledger, lg *replication.Log, l *owner.Lease, prefi
 	}
 }
 
+// writeAndRelease has l's log append n records (prefix0, prefix1, …),
+// close, so that it seals its chain end, and release the cell, so that
+// the release record names that end.
+func writeAndRelease(t testing.TB, b bucket.Bucket, g *ledger, l *owner.Lease, prefix string, n int) {
+	t.Helper()
+	lg := open(t, b, l)
+	appendN(t, g, lg, l, prefix, n)
+	if err := lg.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func isCode(err error, code errcode.Code) bool {
 	var ce *errcode.Error
 	return errors.As(err, &ce) && errcode.CodeOf(err) == code

@@ -26,14 +26,7 @@ func TestReleasedEndSkipsTheWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg1 := open(t, m, l1)
-	appendN(t, g, lg1, l1, "a", 3)
-	if err := lg1.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writeAndRelease(t, m, g, l1, "a", 3)
 	rec, _, err := owner.Inspect(ctx, m, cell)
 	if err != nil || rec.End == nil || *rec.End != (owner.End{TxID: 4, Pos: 4}) {
 		t.Fatalf("release record %+v (%v), want its end at slot 4, position 4", rec, err)
@@ -72,14 +65,7 @@ func forgedEnd(t *testing.T) error {
 	m := fakes3.NewMem()
 	g := newLedger()
 	l1 := claim(t, m, "a", false)
-	lg1 := open(t, m, l1)
-	appendN(t, g, lg1, l1, "a", 3)
-	if err := lg1.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writeAndRelease(t, m, g, l1, "a", 3)
 	m.Set(owner.CellKey(cell), fmt.Appendf(nil, `{"node":"","epoch":1,"nonce":"forged","at_ms":1,"end":{"txid":2,"pos":2}}`))
 	l2 := claim(t, m, "b", false)
 	lg2 := open(t, m, l2)
