@@ -9,7 +9,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,18 +67,30 @@ func (c *cellCounter) note(r *http.Request) {
 // daemon's store requests through it.
 func countingStore(t *testing.T, c *e2eCluster) (*cellCounter, []string) {
 	cc := &cellCounter{}
+	env := storeProxy(t, c, func(r *http.Request) {
+		cc.note(r)
+		time.Sleep(storeLatency)
+	})
+	return cc, env
+}
+
+// storeProxy starts a reverse proxy in front of c's store that calls see
+// with every request before passing it on, and returns c's environment
+// with the store endpoint pointed at the proxy. The proxy closes when the
+// test ends.
+func storeProxy(t *testing.T, c *e2eCluster, see func(*http.Request)) []string {
+	t.Helper()
 	target, _ := url.Parse(strings.TrimPrefix(c.env[1], "DEED_ENDPOINT="))
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ErrorLog = log.New(io.Discard, "", 0) // daemons cut off at the end
 	px := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cc.note(r)
-		time.Sleep(storeLatency)
+		see(r)
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(px.Close)
 	env := append([]string{}, c.env...)
 	env[1] = "DEED_ENDPOINT=" + px.URL
-	return cc, env
+	return env
 }
 
 // firstAppendRow is one measured row: the store requests for the cell
@@ -169,10 +180,7 @@ func TestE2EFirstAppendRequests(t *testing.T) {
 	}
 
 	// A move between two daemons of a fleet.
-	secret := filepath.Join(t.TempDir(), "fleet-secret")
-	if err := os.WriteFile(secret, []byte("the fleet secret of the benchmark\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secret := fleetSecretFile(t)
 	nodes := map[string]string{}
 	for _, n := range []string{"fleet-1", "fleet-2"} {
 		_, nodes[n] = start(n, "--fleet-secret-file", secret)

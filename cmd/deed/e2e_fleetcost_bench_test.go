@@ -2,15 +2,8 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,10 +34,7 @@ func BenchmarkE2EIdleFleet(b *testing.B) {
 func idleFleet(t *testing.T, n int) (reqs, gets float64) {
 	c := newE2ECluster(t)
 	var all, getN atomic.Int64
-	target, _ := url.Parse(strings.TrimPrefix(c.env[1], "DEED_ENDPOINT="))
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ErrorLog = log.New(io.Discard, "", 0) // daemons cut off at the end
-	px := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	env := storeProxy(t, c, func(r *http.Request) {
 		all.Add(1)
 		if r.Method == http.MethodGet && r.URL.Query().Get("list-type") == "" {
 			getN.Add(1)
@@ -52,15 +42,8 @@ func idleFleet(t *testing.T, n int) (reqs, gets float64) {
 				t.Logf("GET %s at %s", r.URL.Path, time.Now().Format("05.000"))
 			}
 		}
-		rp.ServeHTTP(w, r)
-	}))
-	defer px.Close()
-	env := append([]string{}, c.env...)
-	env[1] = "DEED_ENDPOINT=" + px.URL
-	secret := filepath.Join(t.TempDir(), "fleet-secret")
-	if err := os.WriteFile(secret, []byte("the fleet secret of the benchmark\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	})
+	secret := fleetSecretFile(t)
 	const ttl = 10 * time.Second // the default
 	var wg sync.WaitGroup
 	for i := range n {

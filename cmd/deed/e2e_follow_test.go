@@ -8,8 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,10 +106,7 @@ func TestE2EFollowersThroughMovesDrainsAndKills(t *testing.T) {
 		t.Skip("half a minute of a fleet of real processes")
 	}
 	c := newE2ECluster(t)
-	secretFile := filepath.Join(t.TempDir(), "fleet-secret")
-	if err := os.WriteFile(secretFile, []byte("e2e-fleet-secret-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secretFile := fleetSecretFile(t)
 	const ttl = 3 * time.Second
 	start := func(n string) *proc {
 		return startDeed(t, c.env, "run", "--node", n, "--listen", anyPort, "--ttl", ttl.String(), "--fleet-secret-file", secretFile)
