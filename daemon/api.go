@@ -569,13 +569,11 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, cfg APIConfig)
 		writeError(w, err)
 		return
 	}
-	out := make([]client.Record, len(recs))
 	next := after
-	for i, rec := range recs {
-		out[i] = client.Record{Pos: uint64(rec.Pos), Epoch: rec.Epoch, TxID: uint64(rec.TxID), TS: rec.TS, Data: rec.Data}
-		next = uint64(rec.Pos)
+	if len(recs) > 0 {
+		next = uint64(recs[len(recs)-1].Pos)
 	}
-	writeJSONStatus(w, http.StatusOK, client.ReadResult{Cell: name, Records: out, NextAfter: next})
+	writeJSONStatus(w, http.StatusOK, client.ReadResult{Cell: name, Records: apiRecords(recs), NextAfter: next})
 }
 
 // maxRetiredRetries bounds how often one request is retried because the
@@ -664,6 +662,24 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	body := errorBodyOf(err)
+	var moved *MovedError
+	if errors.As(err, &moved) {
+		// The sender may be the node the cell went to (the loop rule kept
+		// this node from forwarding back): it serves the request itself.
+		w.Header().Set(headerMovedTo, moved.Node)
+	}
+	if status == 0 {
+		status = httpStatus(body.Code)
+	}
+	writeJSONStatus(w, status, body)
+}
+
+// errorBodyOf is the DEED error body of err, as an error answer and an
+// event stream's closing event "error" both carry it: the code, the
+// message led by it, whether it was applied, and what a refusal names
+// (the holder, the next position).
+func errorBodyOf(err error) client.ErrorBody {
 	// The code is the error's own, whatever it wraps: an append cut off by
 	// a cancelled context while its PUT was in flight is DEED-E012 and must
 	// not read as a retryable DEED-E011.
@@ -673,24 +689,15 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 	if errors.As(err, &held) {
 		body.Owner, body.OwnerAddr = held.Owner, held.Addr
 	}
-	var moved *MovedError
-	if errors.As(err, &moved) {
-		// The sender may be the node the cell went to (the loop rule kept
-		// this node from forwarding back): it serves the request itself.
-		w.Header().Set(headerMovedTo, moved.Node)
-	}
 	var mm *replication.MismatchError
 	if errors.As(err, &mm) {
 		next := uint64(mm.NextPos)
 		body.NextPos = &next
 	}
-	if status == 0 {
-		status = httpStatus(code)
-	}
 	if !strings.HasPrefix(body.Error, string(code)) {
 		body.Error = fmt.Sprintf("%s %s", code, body.Error)
 	}
-	writeJSONStatus(w, status, body)
+	return body
 }
 
 func writeJSONStatus(w http.ResponseWriter, status int, v any) {

@@ -192,12 +192,7 @@ func (d *Daemon) followStream(w http.ResponseWriter, r *http.Request, name strin
 // errorEvent is the event "error" that ends a stream: the DEED error body
 // the endpoint would have answered, as its data.
 func errorEvent(err error) []byte {
-	code := errcode.CodeOf(err)
-	body := client.ErrorBody{Code: code, Error: err.Error(), Applied: client.AppliedOf(err)}
-	if !strings.HasPrefix(body.Error, string(code)) {
-		body.Error = fmt.Sprintf("%s %s", code, body.Error)
-	}
-	data, _ := json.Marshal(body)
+	data, _ := json.Marshal(errorBodyOf(err))
 	return fmt.Appendf(nil, "event: error\ndata: %s\n\n", data)
 }
 
