@@ -131,11 +131,13 @@ func (n *Node) claim(ctx context.Context, cell string, opts ClaimOptions) (*Leas
 		var prev *PrevEnd
 		var unmarked uint64
 		if cur.Exists && !cur.Corrupt {
+			var end *End
+			if cur.Record.Released() {
+				end = cur.Record.End
+			}
 			unmarked = cur.Record.Announces
-			rec.Announces = unmarked
-			if cur.Record.Released() && cur.Record.End != nil && rec.Epoch == cur.Record.Epoch+1 {
-				prev = &PrevEnd{Epoch: cur.Record.Epoch, End: *cur.Record.End}
-				rec.Announces = rec.Epoch
+			if rec.succeed(cur.Record.Epoch, cur.Record.Announces, end) {
+				prev = &PrevEnd{Epoch: cur.Record.Epoch, End: *end}
 			}
 		}
 		body := rec.marshal()

@@ -134,10 +134,8 @@ func (n *Node) claimFirst(ctx context.Context, cell string, opts ClaimOptions) (
 		// As in claim: the record carries the release's Announces, or
 		// announces its own epoch when the claim takes the release's end.
 		unmarked = h.Announces
-		rec.Announces = unmarked
-		if h.End != nil && rec.Epoch == h.Epoch+1 {
+		if rec.succeed(h.Epoch, h.Announces, h.End) {
 			prev = &PrevEnd{Epoch: h.Epoch, End: *h.End, Own: h.own, TS: h.ts}
-			rec.Announces = rec.Epoch
 		}
 	}
 	sealRead := n.readSealAhead(ctx, cell, prev)

@@ -70,6 +70,22 @@ type Record struct {
 	Announces uint64 `json:"announces,omitempty"`
 }
 
+// succeed sets what a claim's record r announces when it replaces a record
+// of epoch prevEpoch that announces prevAnnounces and, if it is a release
+// that names its chain end, end (nil otherwise). It carries prevAnnounces
+// on, or announces r's own epoch when r takes that end (r.Epoch is
+// prevEpoch+1: no claim came between), and reports whether it did. The
+// epoch the replaced record announced is counted by r's fencing walk
+// either way.
+func (r *Record) succeed(prevEpoch, prevAnnounces uint64, end *End) (takesEnd bool) {
+	r.Announces = prevAnnounces
+	if end != nil && r.Epoch == prevEpoch+1 {
+		r.Announces = r.Epoch
+		return true
+	}
+	return false
+}
+
 // End is a slot of a cell's log (txid) and the position its first record
 // would have had: where a sealed chain ended.
 type End struct {
