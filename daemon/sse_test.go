@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -330,8 +331,17 @@ func TestEventStreamThroughPeerSurvivesMoves(t *testing.T) {
 	waitFor(t, "c to hand x off", func() bool { return c.d.held("x") == nil })
 	appendOK(t, a.srv.URL, "x", "r5")
 	s.expectRecords(t, 4, "r5")
-	closeOK(t, b.d) // seals and releases whatever it held again; its waiting reads answer
+	// b leaves as `deed run` does on SIGTERM: it says draining and hands x
+	// off while it still answers, so that no peer routes to it when its
+	// listener closes (a forward on a connection the listener then closes
+	// is rightly answered "unknown").
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := b.d.Leave(ctx); err != nil {
+		t.Fatalf("b leaves: %v", err)
+	}
 	b.srv.Close()
+	closeOK(t, b.d)
 	appendOK(t, a.srv.URL, "x", "r6")
 	appendOK(t, a.srv.URL, "x", "r7")
 	s.expectRecords(t, 5, "r6", "r7")
