@@ -106,6 +106,11 @@ const (
 	brokenForgetKeys = false
 	brokenReplayPos  = false
 	brokenStaleMatch = false
+	// brokenAheadUnproved, a conditional append naming a position past the
+	// log's end refused at once, without the read barrier that proves the
+	// end current (a fenced owner then answers a retry of a record a newer
+	// owner wrote as not written, and names a stale end).
+	brokenAheadUnproved = false
 
 	// brokenNoImplicitEpoch1: epoch 1 still writes without announcing,
 	// but listings count it announced only by its marker or files, so a

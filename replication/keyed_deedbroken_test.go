@@ -36,3 +36,12 @@ func TestBrokenStaleMatchLetsTwoWin(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+func TestBrokenAheadUnprovedAnswersAStaleEnd(t *testing.T) {
+	defer replication.SetBrokenAheadUnproved(true)()
+	if err := pastTheEndOnAFencedOwner(t); err == nil {
+		t.Fatal("the check did not catch the broken rule")
+	} else {
+		t.Log(err)
+	}
+}

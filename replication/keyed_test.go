@@ -462,3 +462,52 @@ func TestKeyRebuildEndsWithItsLog(t *testing.T) {
 		})
 	}
 }
+
+// A conditional append that names a position past the log's end is what a
+// client sends when a newer owner answered it: a fenced owner proves its
+// end current before it refuses, so that the retry of a record the newer
+// owner wrote is sent on to it (DEED-E021), never answered as a mismatch
+// naming an end the log has long passed; a current owner refuses it with
+// the true end.
+func TestConditionalPastTheEndProvesTheEnd(t *testing.T) {
+	if err := pastTheEndOnAFencedOwner(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pastTheEndOnAFencedOwner(t *testing.T) error {
+	m := fakes3.NewMem()
+	ctx := context.Background()
+	la := claim(t, m, "a", false)
+	a := open(t, m, la)
+	for _, r := range []string{"one", "two"} {
+		if _, err := a.Append(ctx, la, []byte(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb := claim(t, m, "b", true)
+	b := open(t, m, lb)
+	if _, err := b.Append(ctx, lb, []byte("three")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.AppendWith(ctx, lb, []byte("four"), replication.AppendOptions{Key: "k", MatchPos: 4})
+	if err != nil || first.Pos != 4 {
+		t.Fatalf("keyed append on b: %+v %v", first, err)
+	}
+	// The client lost b's answer and sends it again, to a, which has not
+	// yet learnt it was fenced.
+	_, err = a.AppendWith(ctx, la, []byte("four"), replication.AppendOptions{Key: "k", MatchPos: 4})
+	if errcode.CodeOf(err) != errcode.CodeSuperseded {
+		return fmt.Errorf("the fenced owner answered a retry of a record written past its end with %v, want %s", err, errcode.CodeSuperseded)
+	}
+	again, err := b.AppendWith(ctx, lb, []byte("four"), replication.AppendOptions{Key: "k", MatchPos: 4})
+	if err != nil || !again.Replayed || again.Pos != first.Pos {
+		t.Fatalf("the retry on the holder: %+v %v, want the replay of %+v", again, err, first)
+	}
+	_, err = b.AppendWith(ctx, lb, []byte("five"), replication.AppendOptions{MatchPos: 9})
+	var mm *replication.MismatchError
+	if !errors.As(err, &mm) || mm.NextPos != 5 {
+		t.Fatalf("past the holder's end: %v, want a mismatch naming next position 5", err)
+	}
+	return nil
+}

@@ -22,6 +22,10 @@ type writer struct {
 	cancel  context.CancelFunc // cancels ctx
 	stopped chan struct{}      // closed when the running writer exits
 	kick    chan struct{}      // wakes a lingering writer: an append, or Close
+	// ahead holds the conditional appends taken off the queue because they
+	// name a position past the one they would get: their refusal waits for
+	// proof that this log's end is the cell's (settleAhead).
+	ahead []*pending
 }
 
 // Append adds record to the log and returns once it is durable in the
@@ -197,14 +201,50 @@ func (l *Log) run() {
 		}
 		lingered = false
 		batch := l.takeLocked()
+		ahead := l.w.ahead
+		l.w.ahead = nil
 		if len(batch) == 0 { // every one refused by its condition
 			l.mu.Unlock()
+			l.settleAhead(ahead)
 			continue
 		}
 		txid, pos := l.next, l.nextPos
 		l.mu.Unlock()
 		l.commit(batch, txid, pos)
+		l.settleAhead(ahead)
 		l.settle(len(batch))
+	}
+}
+
+// settleAhead refuses the conditional appends that named a position past
+// this log's end, once that end is proved to be the cell's. Such a
+// position is what a client learns from a newer owner: this log may have
+// been fenced, and a newer owner may have written there, even this very
+// append, whose first answer the client lost. A refusal from here would
+// say the log ends where it does not (and a keyed retry would read as not
+// written), so the read barrier looks past the end first: a seal or a
+// tombstone there ends the lease (DEED-E021: send it to the holder); an
+// empty slot proves no newer owner has written, and the refusal names the
+// end as it is. Appends within the log's end need no proof: every
+// position below it is committed, whoever holds the cell now.
+func (l *Log) settleAhead(ahead []*pending) {
+	if len(ahead) == 0 {
+		return
+	}
+	err := l.barrier(l.w.ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range ahead {
+		switch {
+		case l.err != nil:
+			l.settleLocked(p, outcome{err: l.notSent(l.err)})
+		case err != nil && l.lease.Err() != nil:
+			l.settleLocked(p, outcome{err: l.lease.Err()})
+		case err != nil:
+			l.settleLocked(p, outcome{err: errcode.Errorf(errcode.CodeUnavailable, "append to %s: not written: match_pos %d is past this log's end (%d) and that end could not be proved current: %v", l.s.cell, uint64(p.match), uint64(l.nextPos), err)})
+		default:
+			l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, l.nextPos)})
+		}
 	}
 }
 
@@ -245,7 +285,11 @@ func (l *Log) takeLocked() []*pending {
 	for n < len(l.w.queue) {
 		p := l.w.queue[n]
 		if p.match != 0 && p.match != pos+Pos(recs) && !brokenStaleMatch {
-			l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, pos+Pos(recs))})
+			if p.match > pos+Pos(recs) && !brokenAheadUnproved {
+				l.w.ahead = append(l.w.ahead, p)
+			} else {
+				l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, pos+Pos(recs))})
+			}
 			l.w.queue = append(l.w.queue[:n], l.w.queue[n+1:]...)
 			continue
 		}
