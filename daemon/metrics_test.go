@@ -84,6 +84,12 @@ func scrapeAfterWorkload(t *testing.T) (map[string]*dto.MetricFamily, int) {
 	if st, res := a.call(t, "POST", "/v1/cells/c1/release", ""); st != 200 {
 		t.Fatalf("release: %d %v", st, res)
 	}
+	// The cell leaves the held gauge when its lease's end is handled, just
+	// after the release is answered.
+	waitFor(t, "the released cell to leave deed_cells_held", func() bool {
+		var g dto.Metric
+		return a.d.m.cellsHeld.Write(&g) == nil && g.GetGauge().GetValue() == 0
+	})
 	_, res := a.call(t, "GET", "/metrics", "")
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(res["raw"].(string)))

@@ -106,11 +106,12 @@ const (
 	brokenForgetKeys = false
 	brokenReplayPos  = false
 	brokenStaleMatch = false
-	// brokenAheadUnproved, a conditional append naming a position past the
-	// log's end refused at once, without the read barrier that proves the
-	// end current (a fenced owner then answers a retry of a record a newer
-	// owner wrote as not written, and names a stale end).
-	brokenAheadUnproved = false
+	// brokenMismatchUnproved, a conditional append refused at once, where
+	// it is judged: neither after the commit taken before it nor, past the
+	// log's end, after the read barrier (a fenced owner then answers a
+	// retry of a record a newer owner wrote as not written, naming an end
+	// that is stale or that records never written make up).
+	brokenMismatchUnproved = false
 
 	// brokenNoImplicitEpoch1: epoch 1 still writes without announcing,
 	// but listings count it announced only by its marker or files, so a

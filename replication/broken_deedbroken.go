@@ -40,7 +40,7 @@ var (
 	brokenForgetKeys           bool
 	brokenReplayPos            bool
 	brokenStaleMatch           bool
-	brokenAheadUnproved        bool
+	brokenMismatchUnproved     bool
 	brokenNoImplicitEpoch1     bool
 	brokenTrustEnd             bool
 	brokenWalkIgnoresUnmarked  bool
@@ -73,9 +73,9 @@ func SetBrokenReplayPos(on bool) (restore func()) { return set(&brokenReplayPos,
 // (broken.go).
 func SetBrokenStaleMatch(on bool) (restore func()) { return set(&brokenStaleMatch, on) }
 
-// SetBrokenAheadUnproved makes a conditional append past the log's end
+// SetBrokenMismatchUnproved makes a conditional append past the log's end
 // refused without the read barrier (broken.go).
-func SetBrokenAheadUnproved(on bool) (restore func()) { return set(&brokenAheadUnproved, on) }
+func SetBrokenMismatchUnproved(on bool) (restore func()) { return set(&brokenMismatchUnproved, on) }
 
 // The switches of broken.go, for the simulation's tests that its checkers
 // catch each broken rule. They exist only in builds with the deedbroken

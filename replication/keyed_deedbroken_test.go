@@ -37,9 +37,18 @@ func TestBrokenStaleMatchLetsTwoWin(t *testing.T) {
 	}
 }
 
-func TestBrokenAheadUnprovedAnswersAStaleEnd(t *testing.T) {
-	defer replication.SetBrokenAheadUnproved(true)()
+func TestBrokenMismatchUnprovedAnswersAStaleEnd(t *testing.T) {
+	defer replication.SetBrokenMismatchUnproved(true)()
 	if err := pastTheEndOnAFencedOwner(t); err == nil {
+		t.Fatal("the check did not catch the broken rule")
+	} else {
+		t.Log(err)
+	}
+}
+
+func TestBrokenMismatchUnprovedBehindAFailedCommit(t *testing.T) {
+	defer replication.SetBrokenMismatchUnproved(true)()
+	if err := behindAFailedCommit(t); err == nil {
 		t.Fatal("the check did not catch the broken rule")
 	} else {
 		t.Log(err)

@@ -511,3 +511,51 @@ func pastTheEndOnAFencedOwner(t *testing.T) error {
 	}
 	return nil
 }
+
+// A conditional append judged behind records taken before it, in a group
+// commit that then fails because a newer owner fenced the log, is refused
+// as the log is (DEED-E021), not with a mismatch against records that were
+// never written: the newer owner may hold this very append at the position
+// it names.
+func TestConditionalBehindAFailedCommitIsNotAMismatch(t *testing.T) {
+	if err := behindAFailedCommit(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func behindAFailedCommit(t *testing.T) error {
+	m := fakes3.NewMem()
+	ctx := context.Background()
+	ba := m.Client("a")
+	la := claim(t, ba, "a", false)
+	a := open(t, m.Client("a"), la)
+	// a's first record lands, its answer is lost, and a's read-back is
+	// slow: b claims, seals a's log behind that record and writes "four" at
+	// position 2 meanwhile, and a queues two more appends behind the first.
+	slot1 := replication.SlotKey(cell, 1, 1)
+	m.Inject(fakes3.Rule{Op: fakes3.OpPut, Key: slot1, Client: "a", Fault: fakes3.ErrAfter, Times: 1})
+	m.Inject(fakes3.Rule{Op: fakes3.OpGet, Key: slot1, Client: "a", Latency: 300 * time.Millisecond, Times: 1})
+	first := make(chan error, 1)
+	go func() { _, err := a.Append(ctx, la, []byte("one")); first <- err }()
+	time.Sleep(50 * time.Millisecond)
+	lb := claim(t, m.Client("b"), "b", true)
+	b := open(t, m.Client("b"), lb)
+	won, err := b.AppendWith(ctx, lb, []byte("four"), replication.AppendOptions{Key: "k", MatchPos: 2})
+	if err != nil || won.Pos != 2 {
+		t.Fatalf("b's conditional append: %+v %v", won, err)
+	}
+	second := make(chan error, 1)
+	go func() { _, err := a.Append(ctx, la, []byte("two")); second <- err }()
+	time.Sleep(50 * time.Millisecond)
+	_, err = a.AppendWith(ctx, la, []byte("four"), replication.AppendOptions{Key: "k", MatchPos: 2})
+	if err1 := <-first; err1 != nil {
+		t.Fatalf("a's first append: %v", err1)
+	}
+	if err2 := <-second; errcode.CodeOf(err2) != errcode.CodeSuperseded {
+		t.Fatalf("a's second append, into b's seal: %v, want %s", err2, errcode.CodeSuperseded)
+	}
+	if errcode.CodeOf(err) != errcode.CodeSuperseded {
+		return fmt.Errorf("a refused the retry of a record b wrote at position 2 with %v, want %s", err, errcode.CodeSuperseded)
+	}
+	return nil
+}

@@ -22,10 +22,11 @@ type writer struct {
 	cancel  context.CancelFunc // cancels ctx
 	stopped chan struct{}      // closed when the running writer exits
 	kick    chan struct{}      // wakes a lingering writer: an append, or Close
-	// ahead holds the conditional appends taken off the queue because they
-	// name a position past the one they would get: their refusal waits for
-	// proof that this log's end is the cell's (settleAhead).
-	ahead []*pending
+	// deferred holds the conditional appends taken off the queue because
+	// they would not get the position they name: their refusal waits for
+	// the commit taken before them and, past the log's end, for proof that
+	// the end is the cell's (settleDeferred).
+	deferred []*pending
 }
 
 // Append adds record to the log and returns once it is durable in the
@@ -91,13 +92,11 @@ func (l *Log) enqueue(ctx context.Context, p *pending) (BatchResult, error) {
 	l.mu.Lock()
 	if !p.taken {
 		// A writer that stopped (the log failed) settled its queue: p
-		// has its outcome and nothing is left to remove.
-		for i, q := range l.queueLocked() {
-			if q == p {
-				l.w.queue = append(l.w.queue[:i], l.w.queue[i+1:]...)
-				l.settleLocked(p, outcome{err: fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())})
-				break
-			}
+		// has its outcome and nothing is left to remove. A deferred
+		// conditional append (settleDeferred) is not written either.
+		if l.w != nil {
+			l.w.queue = l.dropLocked(l.w.queue, p, ctx)
+			l.w.deferred = l.dropLocked(l.w.deferred, p, ctx)
 		}
 		l.mu.Unlock()
 		return BatchResult{}, fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())
@@ -109,6 +108,18 @@ func (l *Log) enqueue(ctx context.Context, p *pending) (BatchResult, error) {
 	default:
 	}
 	return BatchResult{}, errcode.Errorf(errcode.CodeAmbiguous, "append to %s: outcome unknown, the record may still become durable: %w", l.s.cell, ctx.Err())
+}
+
+// dropLocked removes p from q, settling it as not written because ctx
+// ended; l.mu must be held.
+func (l *Log) dropLocked(q []*pending, p *pending, ctx context.Context) []*pending {
+	for i, o := range q {
+		if o == p {
+			l.settleLocked(p, outcome{err: fmt.Errorf("append to %s: not written: %w", l.s.cell, ctx.Err())})
+			return append(q[:i], q[i+1:]...)
+		}
+	}
+	return q
 }
 
 // startLocked starts the writer goroutine; l.mu must be held. Its context
@@ -201,50 +212,70 @@ func (l *Log) run() {
 		}
 		lingered = false
 		batch := l.takeLocked()
-		ahead := l.w.ahead
-		l.w.ahead = nil
 		if len(batch) == 0 { // every one refused by its condition
 			l.mu.Unlock()
-			l.settleAhead(ahead)
+			l.settleDeferred()
 			continue
 		}
 		txid, pos := l.next, l.nextPos
 		l.mu.Unlock()
 		l.commit(batch, txid, pos)
-		l.settleAhead(ahead)
+		l.settleDeferred()
 		l.settle(len(batch))
 	}
 }
 
-// settleAhead refuses the conditional appends that named a position past
-// this log's end, once that end is proved to be the cell's. Such a
-// position is what a client learns from a newer owner: this log may have
-// been fenced, and a newer owner may have written there, even this very
-// append, whose first answer the client lost. A refusal from here would
-// say the log ends where it does not (and a keyed retry would read as not
-// written), so the read barrier looks past the end first: a seal or a
-// tombstone there ends the lease (DEED-E021: send it to the holder); an
-// empty slot proves no newer owner has written, and the refusal names the
-// end as it is. Appends within the log's end need no proof: every
-// position below it is committed, whoever holds the cell now.
-func (l *Log) settleAhead(ahead []*pending) {
-	if len(ahead) == 0 {
-		return
+// settleDeferred answers the conditional appends that would not get the
+// position they name, once what their answer says is proved. A refusal
+// (DEED-E044) says the record is not written and names the log's next
+// position, and a client takes it as final: a keyed retry so refused
+// reads as never written. So it is given only for a position below the
+// committed end, which is the cell's whoever holds it now (a newer owner
+// writes only past it, and a keyed record there would have been found by
+// its key). Hence it waits for the commit taken before it: if that fails
+// (the log fenced), the append is refused as the log is (DEED-E021), not
+// with a mismatch against records never written. A position past the end
+// is what a client names when a newer owner answered it (maybe having
+// written this very append, whose answer it lost): the read barrier looks
+// at the next slot first; a seal or a tombstone there ends the lease
+// (DEED-E021: send it to the holder), an empty slot proves nobody wrote
+// past the end, and the refusal names the end. An append whose position
+// is the end now is judged again, first in the queue.
+func (l *Log) settleDeferred() {
+	l.mu.Lock()
+	past := false
+	for _, p := range l.w.deferred {
+		past = past || p.match > l.nextPos
 	}
-	err := l.barrier(l.w.ctx)
+	failed := l.err != nil
+	l.mu.Unlock()
+	var proof error
+	if past && !failed {
+		proof = l.barrier(l.w.ctx)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, p := range ahead {
+	var again []*pending
+	for _, p := range l.w.deferred {
 		switch {
 		case l.err != nil:
 			l.settleLocked(p, outcome{err: l.notSent(l.err)})
-		case err != nil && l.lease.Err() != nil:
+		case p.match < l.nextPos:
+			l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, l.nextPos)})
+		case p.match == l.nextPos:
+			again = append(again, p)
+		case proof != nil && l.lease.Err() != nil:
 			l.settleLocked(p, outcome{err: l.lease.Err()})
-		case err != nil:
-			l.settleLocked(p, outcome{err: errcode.Errorf(errcode.CodeUnavailable, "append to %s: not written: match_pos %d is past this log's end (%d) and that end could not be proved current: %v", l.s.cell, uint64(p.match), uint64(l.nextPos), err)})
+		case proof != nil:
+			l.settleLocked(p, outcome{err: errcode.Errorf(errcode.CodeUnavailable, "append to %s: not written: match_pos %d is past this log's end (%d) and that end could not be proved current: %v", l.s.cell, uint64(p.match), uint64(l.nextPos), proof)})
 		default:
 			l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, l.nextPos)})
 		}
+	}
+	clear(l.w.deferred)
+	l.w.deferred = l.w.deferred[:0]
+	if len(again) > 0 {
+		l.w.queue = append(again, l.w.queue...)
 	}
 }
 
@@ -285,10 +316,10 @@ func (l *Log) takeLocked() []*pending {
 	for n < len(l.w.queue) {
 		p := l.w.queue[n]
 		if p.match != 0 && p.match != pos+Pos(recs) && !brokenStaleMatch {
-			if p.match > pos+Pos(recs) && !brokenAheadUnproved {
-				l.w.ahead = append(l.w.ahead, p)
-			} else {
+			if brokenMismatchUnproved {
 				l.settleLocked(p, outcome{err: mismatch(l.s.cell, p.match, pos+Pos(recs))})
+			} else {
+				l.w.deferred = append(l.w.deferred, p)
 			}
 			l.w.queue = append(l.w.queue[:n], l.w.queue[n+1:]...)
 			continue
