@@ -115,6 +115,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("GET /v1/cells/{cell}/tail", d.tailCell)
 	mux.HandleFunc("PUT /v1/cells/{cell}/snapshot", d.putSnapshot)
 	mux.HandleFunc("GET /v1/cells/{cell}/snapshot", d.getSnapshot)
+	mux.HandleFunc("POST /v1/cells/{cell}/trim", d.trimCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
@@ -652,6 +653,8 @@ func httpStatus(code errcode.Code) int {
 		return http.StatusUnprocessableEntity
 	case errcode.CodeNoSnapshot:
 		return http.StatusNotFound
+	case errcode.CodeTrimmed:
+		return http.StatusGone
 	default:
 		return http.StatusInternalServerError
 	}
@@ -669,6 +672,9 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 		// this node from forwarding back): it serves the request itself.
 		w.Header().Set(headerMovedTo, moved.Node)
 	}
+	if body.FirstPos != nil {
+		w.Header().Set(HeaderFirstPos, strconv.FormatUint(*body.FirstPos, 10))
+	}
 	if status == 0 {
 		status = httpStatus(body.Code)
 	}
@@ -678,7 +684,7 @@ func writeErrorStatus(w http.ResponseWriter, status int, err error) {
 // errorBodyOf is the DEED error body of err, as an error answer and an
 // event stream's closing event "error" both carry it: the code, the
 // message led by it, whether it was applied, and what a refusal names
-// (the holder, the next position).
+// (the holder, the next position, the first position still served).
 func errorBodyOf(err error) client.ErrorBody {
 	// The code is the error's own, whatever it wraps: an append cut off by
 	// a cancelled context while its PUT was in flight is DEED-E012 and must
@@ -693,6 +699,11 @@ func errorBodyOf(err error) client.ErrorBody {
 	if errors.As(err, &mm) {
 		next := uint64(mm.NextPos)
 		body.NextPos = &next
+	}
+	var trimmed *replication.TrimmedError
+	if errors.As(err, &trimmed) {
+		first := uint64(trimmed.First)
+		body.FirstPos = &first
 	}
 	if !strings.HasPrefix(body.Error, string(code)) {
 		body.Error = fmt.Sprintf("%s %s", code, body.Error)

@@ -65,6 +65,12 @@ type Config struct {
 	// means DefaultMoveRate; negative turns rebalancing off, drains still
 	// run at DefaultMoveRate).
 	MoveRate float64
+	// TrimDeleteRate bounds the deletes per second of the background
+	// deletion below trim points (0 means DefaultTrimDeleteRate).
+	TrimDeleteRate float64
+	// Retention, when set, trims on every cell held here the records
+	// older than it (by their timestamp); 0 keeps them. See retention.go.
+	Retention time.Duration
 }
 
 // Daemon is the long-running node: a node lease, the cells it holds with
@@ -115,6 +121,11 @@ type Daemon struct {
 	wg     sync.WaitGroup
 
 	idle *idleSweeper // nil when neither IdleRelease nor MaxCells is set
+
+	ret retention // what the retention sweep knows of held cells (retention.go)
+	tr  trims     // trim points seen and the background deletion below them (trim.go)
+	// bg is the context of background work, ended by Close.
+	bg context.Context
 }
 
 // cell is one cell held here: its lease and the log opened on it. mu
@@ -226,10 +237,12 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	m.nodeLeaseHeld.Set(1)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
+	d.bg = wctx
 	d.wg.Add(1)
 	go d.watchNode(wctx, n)
 	d.startIdleSweep(wctx)
 	d.startRebalancer(wctx)
+	d.startRetention(wctx)
 	return d, nil
 }
 

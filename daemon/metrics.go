@@ -37,6 +37,7 @@ type metrics struct {
 	forwardsUnable *prometheus.CounterVec
 	moves          *prometheus.CounterVec // direction: out, in
 	movePushes     *prometheus.CounterVec // result: ok, error
+	trimDeleted    prometheus.Counter     // files deleted below trim points
 }
 
 // Label values each series is created with at zero, so that a dashboard or
@@ -82,13 +83,14 @@ func newMetrics(version string) *metrics {
 	m.movePushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_move_pushes_total", Help: "Handoff pushes to the target node after a move's release, by result (ok; error: the cell was left free, claimed by the next request)."}, []string{"result"})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_total", Help: "Requests forwarded to the peer that holds (or is placed to hold) the cell, by result (ok: its answer relayed; unreachable: not sent; rerouted: its dial failed, so routed once more without it; lost: sent, no answer; refused: the peer refused the peer proof; unverified: the answer had no valid peer proof and was not relayed)."}, []string{"result"})
 	m.forwardsUnable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_unable_total", Help: "Requests for a cell this node does not hold that it forwarded to a live peer rather than refuse, because it could not serve them itself, by reason (fenced: regaining its node lease; draining). Each is also counted in deed_forwarded_total."}, []string{"reason"})
+	m.trimDeleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "deed_trim_deleted_total", Help: "Record files this node deleted in the background below its cells' trim points (covered by a snapshot, in a sealed epoch)."})
 	logInternal := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "deed_log_internal_errors_total", Help: "Cell logs this process ended because of an impossible state transition (a bug in deed: each ended only its own cell's log)."},
 		func() float64 { return float64(replication.InternalErrors()) })
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.cellsHeld, m.cellsReleased, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
-		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, m.forwardsUnable, m.moves, m.movePushes, logInternal, buildInfo,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, m.forwardsUnable, m.moves, m.movePushes, m.trimDeleted, logInternal, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	for _, l := range claimLabels {

@@ -193,7 +193,7 @@ func SignPeerRequest(req *http.Request, secret, from, to string, body []byte) {
 }
 
 // peerEndpoint reports whether a peer proof may open r's endpoint: a
-// forwarded append, batch, snapshot or read of a cell (its records or its
+// forwarded append, batch, snapshot, trim or read of a cell (its records or its
 // tail), or a handoff.
 func peerEndpoint(r *http.Request) bool {
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/cells/")
@@ -205,7 +205,7 @@ func peerEndpoint(r *http.Request) bool {
 		return false
 	}
 	switch op {
-	case "append", "batch", "handoff":
+	case "append", "batch", "handoff", "trim":
 		return r.Method == http.MethodPost
 	case "records", "tail":
 		return r.Method == http.MethodGet

@@ -399,11 +399,23 @@ func (d *Daemon) readRecords(w http.ResponseWriter, r *http.Request, name string
 				return nil, false, err
 			}
 		}
+		if c != nil || !barrier {
+			// Below the trim point nothing is served; a read that met
+			// files deleted under it asks whether a newer trim explains it.
+			if err := d.checkTrim(ctx, name, c, after, false); err != nil {
+				return nil, false, err
+			}
+		}
 		switch {
 		case c != nil:
 			c.c.begin()
 			recs, err = c.log.Read(ctx, after, limit, barrier)
 			c.c.end()
+			if errors.Is(err, replication.ErrCompacted) {
+				if terr := d.checkTrim(ctx, name, c, after, true); terr != nil {
+					return nil, false, terr
+				}
+			}
 			// Read again where the cell is now; but a barrier read without
 			// a fleet could only be refused by this node (DEED-E024), so it
 			// answers "retry" (DEED-E011) as before.
@@ -415,6 +427,11 @@ func (d *Daemon) readRecords(w http.ResponseWriter, r *http.Request, name string
 			return nil, false, d.notHeldForBarrier(ctx, name)
 		default:
 			recs, err = replication.Read(ctx, d.b, name, after, limit)
+			if errors.Is(err, replication.ErrCompacted) {
+				if terr := d.checkTrim(ctx, name, nil, after, true); terr != nil {
+					return nil, false, terr
+				}
+			}
 			return recs, false, err
 		}
 	}

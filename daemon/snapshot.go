@@ -64,6 +64,10 @@ func (d *Daemon) putSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A new snapshot may cover files below the trim point: delete them.
+	if before, err := d.trimPoint(r.Context(), c.name, c, false); err == nil {
+		d.scheduleTrimDelete(c.name, before)
+	}
 	writeJSONStatus(w, http.StatusOK, client.SnapshotResult{Cell: c.name, Epoch: snap.Epoch, TxID: uint64(snap.TxID), Pos: uint64(snap.NextPos) - 1})
 }
 

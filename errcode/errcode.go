@@ -40,6 +40,7 @@ const (
 	CodeKeyReused    Code = "DEED-E043" // idempotency key already used for another body; not applied
 	CodePosMismatch  Code = "DEED-E044" // conditional append: the log's next position is not the one named; not applied
 	CodeNoSnapshot   Code = "DEED-E045" // the cell has no snapshot (read its log from the start instead)
+	CodeTrimmed      Code = "DEED-E046" // the read starts below the cell's trim point: those records are no longer served (restart from the snapshot or the first position served)
 	CodeOutput       Code = "DEED-E050" // the command's output could not be written
 )
 

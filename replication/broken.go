@@ -125,6 +125,15 @@ const (
 	// epoch the replaced ownership record announced (Record.Announces;
 	// the model's cold-walk-ignores-annc).
 	brokenWalkIgnoresUnmarked = false
+
+	// The broken rules of trimming: brokenGCPastTrim, a trim's deletion
+	// that ignores its bound (GCOptions.Below) and deletes every file the
+	// snapshot covers, records at or above the trim point among them;
+	// brokenTrimBlind, a trim point written without the condition on the
+	// version read, so that a lost write landing late (an old holder's,
+	// after a takeover) moves the point back.
+	brokenGCPastTrim = false
+	brokenTrimBlind  = false
 )
 
 // brokenOnly is the panic of the functions below in a release build, where

@@ -44,7 +44,15 @@ var (
 	brokenNoImplicitEpoch1     bool
 	brokenTrustEnd             bool
 	brokenWalkIgnoresUnmarked  bool
+	brokenGCPastTrim           bool
+	brokenTrimBlind            bool
 )
+
+// SetBrokenGCPastTrim makes a trim's GC ignore its bound (broken.go).
+func SetBrokenGCPastTrim(on bool) (restore func()) { return set(&brokenGCPastTrim, on) }
+
+// SetBrokenTrimBlind makes trim point writes unconditional (broken.go).
+func SetBrokenTrimBlind(on bool) (restore func()) { return set(&brokenTrimBlind, on) }
 
 // SetBrokenTrustEnd makes the next epoch start at the chain end a release
 // recorded without reading the seal there (broken.go).

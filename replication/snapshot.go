@@ -125,6 +125,15 @@ type GCOptions struct {
 	// too (GC keeps them otherwise): a keyed append retried after that, on
 	// an owner that did not see it land, is appended again.
 	DropKeyWindow bool
+	// Below, when not 0, bounds the record files deleted to those at slots
+	// below it (and the rules above still apply): a trim deletes only
+	// files wholly below its trim point, Below being the slot of the file
+	// that holds the trim point (slots order positions: no slot holds two
+	// epochs' records).
+	Below TxID
+	// Pace, when set, is called before each delete and may wait (a rate
+	// bound) or end GC early with its error.
+	Pace func(context.Context) error
 }
 
 // GCReport says what GC deleted (or would delete, in a dry run).
@@ -251,7 +260,7 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 		}
 	}
 	for _, o := range l.files {
-		if o.txid > S || o.epoch > Xs || (o.epoch == Xs && !sealed) || o.txid >= keep {
+		if o.txid > S || o.epoch > Xs || (o.epoch == Xs && !sealed) || o.txid >= keep || (opts.Below != 0 && o.txid >= opts.Below && !brokenGCPastTrim) {
 			continue
 		}
 		if o.size <= maxMarkerLen {
@@ -277,6 +286,11 @@ func GC(ctx context.Context, b bucket.Bucket, cell string, opts GCOptions, optio
 		newestFirst(victims)
 	}
 	for _, o := range victims {
+		if opts.Pace != nil && !opts.DryRun {
+			if err := opts.Pace(ctx); err != nil {
+				return rep, errcode.Wrap(err, "gc %s", cell)
+			}
+		}
 		if !opts.DryRun {
 			if err := s.remove(ctx, o); err != nil {
 				return rep, errcode.Wrap(err, "gc %s", cell)

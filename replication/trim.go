@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/errcode"
@@ -63,10 +64,20 @@ func RaiseTrim(ctx context.Context, b bucket.Bucket, cell string, before Pos) (P
 	if err != nil {
 		return 0, err
 	}
+	// inDoubt is set once a write's outcome was not learnt: a later failure
+	// may then follow a raise that landed, and is answered so (DEED-E012),
+	// not as a refusal.
+	inDoubt := false
+	unknown := func(err error) error {
+		if !inDoubt || errcode.CodeOf(err) == errcode.CodeAmbiguous {
+			return err
+		}
+		return errcode.Errorf(errcode.CodeAmbiguous, "trim %s before %d: an earlier write's outcome is unknown and it could not be read back: %v", cell, before, err)
+	}
 	for range maxTrimAttempts {
 		cur, etag, err := ReadTrim(ctx, b, cell)
 		if err != nil {
-			return 0, err
+			return 0, unknown(err)
 		}
 		if !raiseTrim(cur, before) {
 			return cur, nil
@@ -75,15 +86,47 @@ func RaiseTrim(ctx context.Context, b bucket.Bucket, cell string, before Pos) (P
 		if etag != "" {
 			cond = bucket.IfMatch(etag)
 		}
+		if brokenTrimBlind {
+			cond = bucket.None
+		}
 		_, err = b.Put(ctx, TrimKey(cell), body, cond)
 		switch {
 		case err == nil:
 			return before, nil
-		case errors.Is(err, bucket.ErrPrecondition), errors.Is(err, bucket.ErrAmbiguous):
-			continue // someone else's write, or ours in doubt: read and decide again
+		case errors.Is(err, bucket.ErrPrecondition):
+			continue // someone else's write: read and decide again
+		case errors.Is(err, bucket.ErrAmbiguous):
+			inDoubt = true
+			continue // ours in doubt: read and decide again
 		default:
-			return 0, errcode.Wrap(err, "trim %s before %d", cell, before)
+			return 0, unknown(errcode.Wrap(err, "trim %s before %d", cell, before))
 		}
 	}
-	return 0, errcode.Errorf(errcode.CodeUnavailable, "trim %s before %d: the trim point changed under %d attempts; retry", cell, before, maxTrimAttempts)
+	return 0, unknown(errcode.Errorf(errcode.CodeUnavailable, "trim %s before %d: the trim point changed under %d attempts; retry", cell, before, maxTrimAttempts))
+}
+
+// TrimmedError is the refusal of a read that starts below the cell's trim
+// point (DEED-E046): those records are no longer served. First is the
+// first position served (the trim point): a follower restarts from the
+// newest snapshot, or reads after First-1.
+type TrimmedError struct {
+	Cell  string
+	After Pos // the read asked for the records after this position
+	First Pos
+}
+
+func (e *TrimmedError) Error() string {
+	return fmt.Sprintf("%s read %s after %d: positions below %d are trimmed (no longer served): restore from the snapshot (GET /v1/cells/%s/snapshot) and read after its position, or read after %d", errcode.CodeTrimmed, e.Cell, e.After, e.First, e.Cell, e.First-1)
+}
+
+// ErrorCode is DEED-E046.
+func (e *TrimmedError) ErrorCode() errcode.Code { return errcode.CodeTrimmed }
+
+// CheckTrim refuses a read after `after` when it starts below the trim
+// point before (the read's first position, after+1, is below it).
+func CheckTrim(cell string, after, before Pos) error {
+	if before > 1 && after < before-1 {
+		return &TrimmedError{Cell: cell, After: after, First: before}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/deedkit/deed/bucket"
+	"github.com/deedkit/deed/errcode"
 	"github.com/deedkit/deed/fakes3"
 )
 
@@ -151,5 +152,28 @@ func TestRaiseTrim(t *testing.T) {
 	m.Set(TrimKey("c"), []byte("not json"))
 	if _, err := RaiseTrim(ctx, b, "c", 20); err == nil || errors.Is(err, bucket.ErrNotFound) {
 		t.Fatalf("corrupt trim point: %v", err)
+	}
+}
+
+// A raise whose write's answer was lost and whose read back then fails
+// may have landed: it answers DEED-E012 (applied unknown), not a refusal;
+// a raise that failed before any write was sent answers DEED-E011.
+func TestRaiseTrimInDoubtIsUnknown(t *testing.T) {
+	ctx := context.Background()
+	m := fakes3.NewMem()
+	b := m.Client("a")
+	m.Inject(fakes3.Rule{Op: fakes3.OpGet, KeyPrefix: TrimKey("c"), Fault: fakes3.ErrBefore, Times: 1})
+	if _, err := RaiseTrim(ctx, b, "c", 5); errcode.CodeOf(err) == errcode.CodeAmbiguous || err == nil {
+		t.Fatalf("a read that failed before any write: %v, want a refusal (applied no)", err)
+	}
+	m.Inject(fakes3.Rule{Op: fakes3.OpPut, KeyPrefix: TrimKey("c"), Fault: fakes3.ErrAfter, Times: 1})
+	m.Inject(fakes3.Rule{Op: fakes3.OpGet, KeyPrefix: TrimKey("c"), Fault: fakes3.ErrBefore, Skip: 1})
+	_, err := RaiseTrim(ctx, b, "c", 7)
+	if errcode.CodeOf(err) != errcode.CodeAmbiguous {
+		t.Fatalf("a lost write, then a failed read back: %v, want DEED-E012", err)
+	}
+	m.ClearFaults()
+	if p, _, _ := ReadTrim(ctx, b, "c"); p != 7 {
+		t.Fatalf("the write in doubt landed at %d, want 7", p)
 	}
 }

@@ -326,4 +326,26 @@ func TestTailFollowAndSnapshot(t *testing.T) {
 		t.Fatalf("snapshot: %q", r.stdout)
 	}
 	wantExit(t, e.run(t, "snapshot", "log", "--upto", "9", state), 2, "DEED-E040")
+
+	// deed trim: past the snapshot's successor (3) only with
+	// --past-snapshot, never past the tail (4); a read below it is 410.
+	wantExit(t, e.run(t, "trim", "log", "--before", "4"), 2, "DEED-E040")
+	wantExit(t, e.run(t, "trim", "log", "--before", "9", "--past-snapshot"), 2, "DEED-E040")
+	wantExit(t, e.run(t, "trim", "log"), 2, "DEED-E040")
+	r = e.run(t, "trim", "log", "--before", "3")
+	wantExit(t, r, 0, "")
+	if r.stdout != "trim log before 3 (epoch 1)\n" {
+		t.Fatalf("trim: %q", r.stdout)
+	}
+	r = e.run(t, "trim", "log", "--before", "1", "--json")
+	wantExit(t, r, 0, "")
+	if !strings.Contains(r.stdout, `"before":3`) {
+		t.Fatalf("a lower trim: %q, want the point in effect, 3", r.stdout)
+	}
+	wantExit(t, e.run(t, "read", "log"), 1, "DEED-E046")
+	r = e.run(t, "read", "log", "--after", "2")
+	wantExit(t, r, 0, "")
+	if !strings.Contains(r.stdout, "c") {
+		t.Fatalf("read from the trim point: %q", r.stdout)
+	}
 }

@@ -78,6 +78,7 @@ var commands = []func(*config) *cobra.Command{
 	newReadCmd,
 	newTailCmd,
 	newSnapshotCmd,
+	newTrimCmd,
 	newGCCmd,
 	newMoveCmd,
 	newDrainCmd,

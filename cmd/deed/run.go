@@ -49,6 +49,8 @@ type runFlags struct {
 	keyLimit     int
 	maxCells     int
 	moveRate     float64
+	retention    time.Duration
+	trimRate     float64
 
 	// embedded asks for the embedded store by name (--embedded-store).
 	embedded bool
@@ -143,6 +145,8 @@ released, then the node lease; a peer can claim every cell at once.`,
 	f.IntVar(&rf.maxFollowers, "max-followers", daemon.DefaultMaxFollowers, "most event streams (?follow=true) served at once by this node (one more: DEED-E014)")
 	f.BoolVar(&rf.fenceExit, "fence-exit", false, "exit with status 3 when the node fences, instead of dropping its cells and regaining its lease (for supervisors)")
 	f.DurationVar(&rf.drainTimeout, "drain-timeout", 30*time.Second, "bound on the drain at shutdown")
+	f.DurationVar(&rf.retention, "retention", 0, "trim, on every cell this node holds, the records older than this (by their timestamp; past the newest snapshot if need be, see deed trim); 0: keep every record")
+	f.Float64Var(&rf.trimRate, "trim-delete-rate", daemon.DefaultTrimDeleteRate, "most files this node deletes per second in the background below its cells' trim points")
 	f.Float64Var(&rf.moveRate, "move-rate", daemon.DefaultMoveRate, "most cells this node hands off per second to the nodes now preferred for them (a join, a drain); 0 or less: it moves none by itself (drains still run, at the default)")
 	f.IntVar(&rf.maxConns, "max-conns", daemon.DefaultMaxConns, "most connections the API holds open; at the cap a new one replaces the longest idle (0: no cap)")
 	f.DurationVar(&rf.idleRelease, "idle-release", daemon.DefaultIdleRelease, "seal and release a cell that has had no request for this long; its next request claims it again (0: keep cells until shutdown; else at least 1s)")
@@ -253,7 +257,10 @@ func runDaemon(ctx context.Context, cfg *config, rf runFlags) error {
 	dcfg := daemon.Config{Node: cfg.node, Advertise: rf.advertise, TTL: rf.ttl, FenceExit: rf.fenceExit, API: api, Version: v,
 		FleetSecret: rf.fleetSecret, Weight: rf.weight, PeerClient: peerClient,
 		IdleRelease: rf.idleRelease, MaxCells: rf.maxCells, MoveRate: moveRateConfig(rf.moveRate),
-		KeyWindow: rf.keyWindow, KeyLimit: rf.keyLimit}
+		KeyWindow: rf.keyWindow, KeyLimit: rf.keyLimit, Retention: rf.retention, TrimDeleteRate: rf.trimRate}
+	if rf.retention < 0 || rf.trimRate <= 0 {
+		return errcode.Errorf(errcode.CodeBadRequest, "--retention %v must not be negative and --trim-delete-rate %v must be above 0", rf.retention, rf.trimRate)
+	}
 	if rf.fleetSecret == "" {
 		cfg.log.Info("no fleet secret (--fleet-secret-file): requests for cells another node holds are refused with DEED-E020, not forwarded")
 	}

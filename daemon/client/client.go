@@ -108,6 +108,9 @@ func apiError(resp *http.Response, raw []byte, write bool) error {
 		if e.NextPos != nil {
 			ce.NextPos = *e.NextPos
 		}
+		if e.FirstPos != nil {
+			ce.FirstPos = *e.FirstPos
+		}
 		return ce
 	}
 	// Not deed's error body: a proxy, or not a daemon at all.

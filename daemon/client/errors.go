@@ -27,6 +27,9 @@ type Error struct {
 	// NextPos is the log's next position on a refused conditional append
 	// (DEED-E044); 0 otherwise.
 	NextPos uint64
+	// FirstPos is the first position still served on a read refused
+	// below the cell's trim point (DEED-E046); 0 otherwise.
+	FirstPos uint64
 	// Msg is the message, led by the code.
 	Msg string
 	// Err is the cause (a transport error), or nil.

@@ -143,6 +143,15 @@ type SnapshotResult struct {
 	Pos   uint64 `json:"pos"`
 }
 
+// TrimResult is POST /v1/cells/{cell}/trim's answer: the trim point in
+// effect (records below Before are no longer served), which may be higher
+// than the one asked for, by the holder at Epoch.
+type TrimResult struct {
+	Cell   string `json:"cell"`
+	Before uint64 `json:"before"`
+	Epoch  uint64 `json:"epoch"`
+}
+
 // ErrorBody is every error the API returns.
 type ErrorBody struct {
 	Code  errcode.Code `json:"code"`
@@ -157,6 +166,9 @@ type ErrorBody struct {
 	// NextPos is, on a refused conditional append (DEED-E044), the log's
 	// next position.
 	NextPos *uint64 `json:"next_pos,omitempty"`
+	// FirstPos is, on a read refused below the cell's trim point
+	// (DEED-E046, 410), the first position still served.
+	FirstPos *uint64 `json:"first_pos,omitempty"`
 }
 
 // Applied is the "applied" field of an error body: whether a request that

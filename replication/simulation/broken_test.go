@@ -281,3 +281,16 @@ func TestBrokenNoImplicitEpoch1(t *testing.T) {
 func TestBrokenWalkIgnoresUnmarked(t *testing.T) {
 	catch(t, replication.SetBrokenWalkIgnoresUnmarked, 0, "")
 }
+
+// A trim's deletion that ignores its bound deletes the files the snapshot
+// covers above the trim point: records still to be served, gone.
+func TestBrokenGCPastTrim(t *testing.T) {
+	catch(t, replication.SetBrokenGCPastTrim, 0, "which holds acknowledged position")
+}
+
+// A trim point written without the condition on the version read: two
+// nodes raising it at once (an old owner and a new one), the lower write
+// lands last and the point moves back.
+func TestBrokenTrimBlind(t *testing.T) {
+	catch(t, replication.SetBrokenTrimBlind, 0, "the trim point moved back")
+}

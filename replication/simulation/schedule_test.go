@@ -51,12 +51,14 @@ const (
 	opMove  // the holder retires the cell and the preferred other live node claims it
 	opDrain // the node retires every cell it holds, which the others claim, and claims none for a while
 	opIdle  // the holder retires the cell if unused for a while; its next append claims it again
+	// Trims, drawn from a stream of their own (see planTrims).
+	opTrim // raise the cell's trim point from several nodes at once, then delete below it
 	nKinds
 )
 
 var kindNames = [...]string{"append", "read", "barrier-read", "claim", "forced-claim", "release", "stop",
 	"latency", "errors", "partition", "pause", "crash", "clock", "straggle", "snapshot", "gc", "lock-only",
-	"move", "drain", "idle-release"}
+	"move", "drain", "idle-release", "trim"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -218,6 +220,7 @@ func plan(seed uint64, handoffs bool) (simConfig, []step) {
 	extra, finalGC := planCompaction(seed, cfg, steps)
 	cfg.finalGC = finalGC
 	extra = append(extra, planLocks(seed, cfg, steps)...)
+	extra = append(extra, planTrims(seed, cfg, steps)...)
 	if handoffs {
 		extra = append(extra, planHandoffs(seed, cfg, steps)...)
 	}

@@ -22,6 +22,7 @@ type world struct {
 	cfg     simConfig
 	steps   []step
 	mem     *fakes3.Mem
+	trims   trimMax // the highest trim point seen per cell (trim_test.go)
 	h       *history
 	nodes   []*simNode
 	cells   []string
@@ -399,6 +400,8 @@ func (w *world) do(i int, s step) {
 		w.goOp(func(ctx context.Context) { w.lockOnly(ctx, i, cell, s) })
 	case opSnapshot:
 		w.goOp(func(ctx context.Context) { w.snapshot(ctx, n, cell, s) })
+	case opTrim:
+		w.goOp(func(ctx context.Context) { w.trim(ctx, n, cell, s) })
 	case opMove:
 		w.goOp(func(ctx context.Context) { w.move(ctx, i, n, cell, s) })
 	case opDrain:
