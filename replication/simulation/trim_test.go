@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deedkit/deed/bucket"
 	"github.com/deedkit/deed/replication"
 )
 
@@ -16,7 +17,9 @@ import (
 // several nodes at once — the holder and others, as an old owner and a new
 // one may after a takeover — each by replication.RaiseTrim on its own
 // client (with every fault its node suffers) to a point between the trim
-// point and the holder's head, then the holder deletes below the point it
+// point and the holder's head (a third of the steps, the holder's point is
+// a retention's: the first record younger than an age), then the holder
+// deletes below the point it
 // got, by GC bounded by it (GCOptions.Below), as the daemon does. Checked:
 // the trim point, read after each step, is never below one seen before or
 // answered by a RaiseTrim; the bounded GC
@@ -57,7 +60,22 @@ func (w *world) trim(ctx context.Context, n *simNode, cell string, s step) {
 	if err != nil || head <= cur {
 		return
 	}
+	// A third of the steps trim as `deed run --retention` does: the
+	// holder's point is the first record younger than an age (0.3 to 3 s),
+	// found by reading on from the trim point.
+	retain := s.frac%3 == 0
+	var aged replication.Pos
+	if retain {
+		age := time.Duration(300+s.frac*27/10) * time.Millisecond
+		var ok bool
+		if aged, ok = agedPoint(ctx, inc.b, cell, max(cur, 1), time.Now().Add(-age).UnixMilli(), w.logOpts()); !ok || aged <= cur {
+			return
+		}
+	}
 	want := func(i int) replication.Pos {
+		if i == 0 && retain {
+			return aged
+		}
 		f := (s.frac + 337*i) % 1001
 		return max(cur, 1) + replication.Pos(f)*(head-max(cur, 1))/1000
 	}
@@ -102,8 +120,35 @@ func (w *world) trim(ctx context.Context, n *simNode, cell string, s step) {
 	}
 	rep, err := replication.GC(ctx, inc.b, cell, replication.GCOptions{Below: below}, w.logOpts()...)
 	w.h.addGC(&gcOp{cell: cell, by: inc.client, deleted: len(rep.Deleted), err: err})
-	w.h.logf("trim %s before %d by %s: gc below tx %d deleted %d %s", cell, mine, inc.client, uint64(below), len(rep.Deleted), shortKeys(rep.Deleted))
+	how := "trim"
+	if retain {
+		how = "retention trim"
+	}
+	w.h.logf("%s %s before %d by %s: gc below tx %d deleted %d %s", how, cell, mine, inc.client, uint64(below), len(rep.Deleted), shortKeys(rep.Deleted))
+	w.h.count(how)
 	w.checkTrimDeleted(cell, mine, rep.Deleted)
+}
+
+// agedPoint is the position of the first record from `from` on whose
+// timestamp is after cutoff (ms), or the log's end when none is: the trim
+// point of a retention. ok is false when the read failed.
+func agedPoint(ctx context.Context, b bucket.Bucket, cell string, from replication.Pos, cutoff int64, opts []replication.Option) (replication.Pos, bool) {
+	p := from
+	for {
+		recs, err := replication.Read(ctx, b, cell, p-1, 100, opts...)
+		if err != nil {
+			return 0, false
+		}
+		for _, r := range recs {
+			if r.TS > cutoff {
+				return r.Pos, true
+			}
+			p = r.Pos + 1
+		}
+		if len(recs) == 0 {
+			return p, true
+		}
+	}
 }
 
 // sawTrim notes that cell's trim point was at least p.
