@@ -413,3 +413,35 @@ func TestWaitingReadForwardedPastAStaleHolder(t *testing.T) {
 		t.Fatalf("waiting read: %+v", r)
 	}
 }
+
+// A stream that starts (or resumes, by Last-Event-ID) below the trim point
+// ends at once with an event "error" DEED-E046 that names the first
+// position still served, as a read there answers 410 with first_pos: the
+// follower restores from the snapshot and resumes after it.
+func TestEventStreamBelowTheTrimPoint(t *testing.T) {
+	m := fakes3.NewMem()
+	a := startTestDaemon(t, m.Client("a"), "a", APIConfig{})
+	for _, r := range []string{"one", "two", "three", "four"} {
+		appendOK(t, a.srv.URL, "c", r)
+	}
+	if st, res := a.call(t, "PUT", "/v1/cells/c/snapshot?upto=3", "s3"); st != 200 {
+		t.Fatalf("snapshot: %d %v", st, res)
+	}
+	if st, res := a.call(t, "POST", "/v1/cells/c/trim?before=4", ""); st != 200 {
+		t.Fatalf("trim: %d %v", st, res)
+	}
+	s, ans := openStream(t, a.srv.URL+"/v1/cells/c/records?follow=true", "Last-Event-ID", "1")
+	if s == nil {
+		t.Fatalf("stream below the trim point answered %+v, want a stream", ans)
+	}
+	ev := s.next(t)
+	var e client.ErrorBody
+	if ev.event != "error" || json.Unmarshal([]byte(ev.data), &e) != nil || e.Code != errcode.CodeTrimmed || e.FirstPos == nil || *e.FirstPos != 4 || e.Applied != "no" {
+		t.Fatalf("first event %+v, want an error event with %s, first_pos 4, applied no", ev, errcode.CodeTrimmed)
+	}
+	if _, open := <-s.ch; open {
+		t.Fatal("the stream went on after its error event")
+	}
+	s, _ = openStream(t, a.srv.URL+"/v1/cells/c/records?follow=true", "Last-Event-ID", "3")
+	s.expectRecords(t, 3, "four")
+}

@@ -32,7 +32,9 @@ const (
 // (DEED-E014), the cell moving or changing owner (DEED-E021, DEED-E022,
 // DEED-E025) — pausing 100 ms, doubling to 5 s. It ends when ctx ends
 // (without an error) or on a failure a retry cannot mend (a bad name, a
-// refused token, a cell never claimed…), which it yields with a zero
+// refused token, a position below the cell's trim point — DEED-E046, whose
+// Error.FirstPos says where the records still served begin: restore from
+// Snapshot and follow from its position), which it yields with a zero
 // Record. Stopping the range loop stops it.
 func (c *Client) Follow(ctx context.Context, cell string, after uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
