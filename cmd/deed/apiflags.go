@@ -27,7 +27,7 @@ type apiFlags struct {
 	token     string
 	tokenFile string
 	caCert    string
-	retryFor  time.Duration // an append's retries (client.Options.RetryFor); 0: the client's default
+	retryFor  time.Duration // an append's or a read's retries (client.Options.RetryFor); 0: the client's default
 }
 
 func (f *apiFlags) register(cmd *cobra.Command) {

@@ -224,9 +224,10 @@ func TestAPIErrorMapping(t *testing.T) {
 			w.WriteHeader(tc.status)
 			fmt.Fprint(w, tc.body)
 		}))
-		// The append is sent once: this is the mapping of one answer (the
-		// retries are TestAppendRetriesWithOneKey's).
-		for _, args := range [][]string{{"append", "c", "x", "--retry-for", "0"}, {"read", "c"}} {
+		// The append and the read are sent once: this is the mapping of
+		// one answer (the retries are TestAppendRetriesWithOneKey's and
+		// TestReadRetriesRetryableRefusals').
+		for _, args := range [][]string{{"append", "c", "x", "--retry-for", "0"}, {"read", "c", "--retry-for", "0"}} {
 			code := tc.code
 			if args[0] == "append" && tc.appendCode != "" {
 				code = tc.appendCode

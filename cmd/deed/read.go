@@ -24,6 +24,7 @@ func newReadCmd(cfg *config) *cobra.Command {
 		barrier bool
 		follow  bool
 		poll    time.Duration
+		retry   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "read CELL",
@@ -38,7 +39,10 @@ one JSON object per line: {"pos","epoch","txid","data"} with data in base64.
 linearizable read by the owner: it fails with DEED-E024 (exit 4) when the
 daemon does not hold the cell, and with DEED-E021 (exit 3) when a newer epoch
 has fenced it. --follow keeps polling every --poll for new records until
-interrupted (SIGINT/SIGTERM end it with exit 0).
+interrupted (SIGINT/SIGTERM end it with exit 0). A refusal a retry can cure
+(the store or the holder unreachable, the cell moving: DEED-E011, E013,
+E025) is retried with backoff for up to --retry-for (0: each page is asked
+once); a read never writes, so a retry cannot duplicate anything.
 
 A cell that was never claimed has no log: read says so with DEED-E040 (exit
 2), so a mistyped cell name is not mistaken for an empty log. (--follow
@@ -53,8 +57,12 @@ waits for its first record instead.)`,
 			if err := cfg.validNames(false, cell); err != nil {
 				return err
 			}
-			if limit < 0 || poll <= 0 {
-				return errcode.Errorf(errcode.CodeBadRequest, "--limit must not be negative and --poll must be positive")
+			if limit < 0 || poll <= 0 || retry < 0 {
+				return errcode.Errorf(errcode.CodeBadRequest, "--limit and --retry-for must not be negative and --poll must be positive")
+			}
+			af.retryFor = retry
+			if retry == 0 {
+				af.retryFor = -1
 			}
 			c, err := af.client(cfg, cmd)
 			if err != nil {
@@ -108,6 +116,7 @@ waits for its first record instead.)`,
 	f.BoolVar(&barrier, "barrier", false, "linearizable read by the owner (the daemon must hold the cell)")
 	f.BoolVar(&follow, "follow", false, "keep polling for new records until interrupted")
 	f.DurationVar(&poll, "poll", time.Second, "how often --follow asks for new records")
+	f.DurationVar(&retry, "retry-for", client.DefaultRetryFor, "how long to retry a page whose refusal a retry can cure (0: ask once)")
 	return cmd
 }
 
