@@ -115,7 +115,8 @@ func TestAppendRead(t *testing.T) {
 	}
 
 	// Flags beat the environment.
-	wantExit(t, e.run(t, "read", "orders", "--addr", "http://127.0.0.1:1"), 1, errcode.CodeUnavailable)
+	// An unreachable daemon is retried for --retry-for (30 s by default): asked once here.
+	wantExit(t, e.run(t, "read", "orders", "--addr", "http://127.0.0.1:1", "--retry-for", "0"), 1, errcode.CodeUnavailable)
 	r = e.run(t, "read", "orders", "--token", "wrong")
 	wantExit(t, r, 2, errcode.CodeUnauthorized)
 	delete(e.env, envToken)
