@@ -6,6 +6,9 @@
 #   make test-s3  the same, plus every S3 table against versitygw (installed on first use)
 #   make test-stores  the store tables and the end-to-end scenarios on gs:// and az://
 #                 against fake-gcs-server and Azurite (installed on first use)
+#   make test-long  the end-to-end fleet runs that take most of a minute
+#                 each (planned operations, exactly-once appends under
+#                 faults); not in make test; CI runs it
 #   make fault-run  a minute of faults on a fleet of 4 real daemons (pauses,
 #                 kill -9, a partition, a forced claim, moves, a drain, a
 #                 SIGTERM restart, a join and a leave): checks every answer
@@ -52,7 +55,7 @@ AZURITE := $(AZURITE_DIR)/node_modules/azurite/dist/src/blob/main.js
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test fault-run test-s3 versitygw test-stores fakegcs azurite test-browser lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
+.PHONY: build test test-long fault-run test-s3 versitygw test-stores fakegcs azurite test-browser lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -77,6 +80,13 @@ test:
 	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
+
+# test-long: the end-to-end runs of a fleet of real processes that take
+# most of a minute each (TestE2EPlannedOperations,
+# TestE2EKeyedAppendsExactlyOnce), env-gated (DEED_E2E_LONG) so that make
+# test stays within its budget; CI runs them, and make fault-run.
+test-long:
+	DEED_E2E_LONG=1 $(GO) test -race -count=1 -timeout 15m -run '^(TestE2EPlannedOperations|TestE2EKeyedAppendsExactlyOnce)$$' ./cmd/deed
 
 # fault-run: TestE2EFaultRun, env-gated (DEED_FAULT_RUN) so that make test
 # stays fast. DEED_BIN defaults to bin/deed (no race detector: the numbers

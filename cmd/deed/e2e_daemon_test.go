@@ -31,6 +31,16 @@ var (
 	binErr  error
 )
 
+// longE2E skips a test of a fleet of real processes that runs for most of
+// a minute unless DEED_E2E_LONG is set: make test stays within its budget,
+// and make test-long (which CI runs) runs them.
+func longE2E(t *testing.T) {
+	t.Helper()
+	if os.Getenv("DEED_E2E_LONG") == "" {
+		t.Skip("a long run of a fleet of real processes: set DEED_E2E_LONG=1 (make test-long, which CI runs)")
+	}
+}
+
 // deedBinary builds cmd/deed once per test run.
 func deedBinary(t *testing.T) string {
 	t.Helper()

@@ -23,6 +23,7 @@ import (
 // for every value that was answered 200 — and every 200 names the position
 // the value holds.
 func TestE2EKeyedAppendsExactlyOnce(t *testing.T) {
+	longE2E(t)
 	c := newE2ECluster(t)
 	secret := fleetSecretFile(t)
 	const ttl = 2 * time.Second

@@ -20,9 +20,7 @@ import (
 // appending and reading with a barrier through random nodes: every answer
 // is 2xx, and every acknowledged record is read back exactly once.
 func TestE2EPlannedOperations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a minute of a fleet of real processes")
-	}
+	longE2E(t)
 	c := newE2ECluster(t)
 	secretFile := fleetSecretFile(t)
 	// 5 s, not the 2 s of other fleet tests: five daemons and a store on a
