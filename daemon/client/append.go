@@ -113,7 +113,7 @@ func readRetryable(err error) bool {
 	switch errcode.CodeOf(err) {
 	case errcode.CodeUnavailable, errcode.CodePeer, errcode.CodeNodeFenced:
 		var e *Error
-		return !errors.As(err, &e) || e.Applied != AppliedUnknown
+		return (!errors.As(err, &e) || e.Applied != AppliedUnknown) && !untrusted(err)
 	}
 	return false
 }
@@ -218,7 +218,7 @@ func (c *Client) retry(ctx context.Context, opts AppendOptions, send func(contex
 		if code == errcode.CodeAmbiguous {
 			unknown = err
 		}
-		if !retryable(code) || c.retryFor < 0 {
+		if !retryable(code) || c.retryFor < 0 || untrusted(err) {
 			if unknown != nil && code != errcode.CodeAmbiguous && code != errcode.CodePosMismatch && code != errcode.CodeKeyReused {
 				// An earlier attempt may have landed: this refusal does
 				// not say it did not.

@@ -3,7 +3,10 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -60,6 +63,9 @@ func (c *Client) doHeader(ctx context.Context, method, path string, query url.Va
 	if err != nil {
 		if write && sent.Load() {
 			return nil, newError(errcode.CodeAmbiguous, 0, "%s %s: outcome unknown: the daemon at %s got the request but its answer was lost: %w", method, path, c.redactedBase(), err)
+		}
+		if untrusted(err) {
+			return nil, newError(errcode.CodeUnavailable, 0, "cannot reach the daemon at %s: its TLS certificate is not trusted (give the CA that signed it, or the certificate itself: deed's --ca-cert): %w", c.redactedBase(), err)
 		}
 		return nil, newError(errcode.CodeUnavailable, 0, "cannot reach the daemon at %s: %w", c.redactedBase(), err)
 	}
@@ -173,4 +179,17 @@ func redactURL(s string) string {
 // needed, but escape anyway).
 func cellPath(cell, rest string) string {
 	return "/v1/cells/" + url.PathEscape(cell) + rest
+}
+
+// untrusted reports whether err is a TLS handshake that failed because the
+// daemon's certificate did not verify: a retry cannot cure it (until the
+// client trusts another CA), so no retry loop waits it out.
+func untrusted(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		he x509.HostnameError
+		ci x509.CertificateInvalidError
+	)
+	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
 }

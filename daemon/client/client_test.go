@@ -3,10 +3,15 @@ package client_test
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/deedkit/deed/daemon/client"
 	"github.com/deedkit/deed/errcode"
@@ -90,5 +95,36 @@ func TestUnreachableAndBadAddress(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("New(%q) printed the password: %v", bad, err)
 		}
+	}
+}
+
+// A daemon whose TLS certificate does not verify is not retried: no retry
+// can cure it, so a read or an append answers at once (one handshake, not
+// RetryFor's worth of them) with DEED-E011, applied "no", saying so.
+func TestUntrustedCertificateIsNotRetried(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes it refuses
+	srv.StartTLS()
+	defer srv.Close()
+	c, err := client.New(srv.URL, client.Options{RetryFor: 30 * time.Second}) // the system's roots only
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rerr := c.Read(t.Context(), "c", client.ReadOptions{})
+	_, aerr := c.Append(t.Context(), "c", []byte("x"))
+	for _, err := range []error{rerr, aerr} {
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Code != errcode.CodeUnavailable || ce.Applied != client.AppliedNo || !strings.Contains(err.Error(), "certificate is not trusted") {
+			t.Errorf("against an untrusted certificate: %v, want DEED-E011 applied no that says so", err)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections for one read and one append, want 2 (no retries)", n)
 	}
 }
