@@ -140,7 +140,7 @@ func TestE2ERestoreAfterTrimReadsBoundedObjects(t *testing.T) {
 	}
 	_ = json.Unmarshal([]byte(out), &refusal)
 	if st != http.StatusGone || refusal.Code != string(errcode.CodeTrimmed) || refusal.FirstPos != restoreRecords+1 {
-		t.Fatalf("read from 0 below the trim point: %d %s, want 410 %s with first_pos %d", st, out, errcode.CodeTrimmed, restoreRecords+1)
+		t.Fatalf("read from 0 below the trim point: %d %.300s, want 410 %s with first_pos %d", st, out, errcode.CodeTrimmed, restoreRecords+1)
 	}
 	resp, err = http.Get(b + "/v1/cells/" + trimmed + "/snapshot")
 	if err != nil {
