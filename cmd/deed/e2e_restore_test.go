@@ -33,13 +33,15 @@ func byMethod(ops []string) map[string]int {
 // that a snapshot and a trim bound what a new owner reads: once the
 // holder's background deletion has removed the record files the snapshot
 // covers, a read from 0 through another node (refused below the trim
-// point, then the snapshot, then the records after it) and that node's
-// first append (a claim and a restore from the snapshot) send a handful
+// point, then the snapshot, then the records after it) sends a handful
 // of store requests on the cell's keys, however many records the log
-// held. The control is the same log with neither: the read from 0 and
-// the restore each read every one of the N transaction files. The counts
-// are taken at a proxy in front of the store (no added latency), on
-// cells/<cell>/ keys only.
+// held. The control is the same log with neither: the read from 0 reads
+// every one of the N transaction files, which is what an application
+// rebuilding its state on a new owner pays without a snapshot. The new
+// owner's first append is bounded in both (the claim of a released cell
+// opens the log at its seal and replays nothing), and the test holds it
+// to that too. The counts are taken at a proxy in front of the store (no
+// added latency), on cells/<cell>/ keys only.
 //
 // The daemons run with --idempotency-keys 1: the idempotency window
 // (10 minutes by default) keeps every record file younger than it from
@@ -65,17 +67,18 @@ func TestE2ERestoreAfterTrimReadsBoundedObjects(t *testing.T) {
 		}
 		return out
 	}
-	// writeLog appends the records one at a time on node-a, which then
-	// releases the cell (sealing its epoch).
+	// writeLog appends the records one at a time on node-a, each its own
+	// transaction file.
 	writeLog := func(cell string) {
 		t.Helper()
 		for i := 1; i <= restoreRecords; i++ {
 			mustPost(a+"/v1/cells/"+cell+"/append", fmt.Sprintf("rec-%03d", i))
 		}
 	}
-	release := func(base, cell string) {
+	// release releases the cell on node-a, sealing its epoch.
+	release := func(cell string) {
 		t.Helper()
-		mustPost(base+"/v1/cells/"+cell+"/release", "")
+		mustPost(a+"/v1/cells/"+cell+"/release", "")
 	}
 	readAll := func(base, cell string, after int) []string {
 		t.Helper()
@@ -120,7 +123,7 @@ func TestE2ERestoreAfterTrimReadsBoundedObjects(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("snapshot: %d", resp.StatusCode)
 	}
-	release(a, trimmed)
+	release(trimmed)
 	// The trim claims the cell again on node-a, so the epoch that wrote
 	// the records is sealed and its files may go; the deletion runs in the
 	// background and logs how many files it deleted when it is done.
@@ -130,7 +133,7 @@ func TestE2ERestoreAfterTrimReadsBoundedObjects(t *testing.T) {
 	if got := metricValue(t, a, "deed_trim_deleted_total"); got != int64(deleted) {
 		t.Fatalf("deed_trim_deleted_total %d, the log says %d files", got, deleted)
 	}
-	release(a, trimmed)
+	release(trimmed)
 
 	cc.arm(trimmed)
 	st, out := get(t, b+"/v1/cells/"+trimmed+"/records?after=0")
@@ -161,7 +164,7 @@ func TestE2ERestoreAfterTrimReadsBoundedObjects(t *testing.T) {
 	// The control: the same log, neither snapshot nor trim.
 	const untrimmed = "untrimmed"
 	writeLog(untrimmed)
-	release(a, untrimmed)
+	release(untrimmed)
 	cc.arm(untrimmed)
 	if got := readAll(b, untrimmed, 0); len(got) != restoreRecords || got[0] != "rec-001" || got[len(got)-1] != fmt.Sprintf("rec-%03d", restoreRecords) {
 		t.Fatalf("read from 0: %d records, want %d", len(got), restoreRecords)
