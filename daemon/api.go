@@ -116,6 +116,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("PUT /v1/cells/{cell}/snapshot", d.putSnapshot)
 	mux.HandleFunc("GET /v1/cells/{cell}/snapshot", d.getSnapshot)
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
+	mux.HandleFunc("POST /v1/cells/{cell}/hint", d.takeReleaseHint)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
 	mux.HandleFunc("DELETE /v1/node/drain", d.drainNode(false))
@@ -367,6 +368,8 @@ func (d *Daemon) releaseCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSONStatus(w, http.StatusOK, client.Released{Cell: r.PathValue("cell"), Node: "", Epoch: rec.Epoch, Released: true})
+	// After the answer is written, so that the push never delays it.
+	d.pushReleaseHint(r.PathValue("cell"))
 }
 
 // The headers of idempotent appends.

@@ -113,6 +113,11 @@ type Daemon struct {
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// bg is the context of the daemon's background work, ended by Close
+	// (nil before Open has started it).
+	bg context.Context
+	// hintPushes counts the release-hint pushes in flight (releasehint.go).
+	hintPushes atomic.Int32
 
 	idle *idleSweeper // nil when neither IdleRelease nor MaxCells is set
 }
@@ -225,7 +230,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	d.node = n
 	m.nodeLeaseHeld.Set(1)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	d.cancel = cancel
+	d.cancel, d.bg = cancel, wctx
 	d.wg.Add(1)
 	go d.watchNode(wctx, n)
 	d.startIdleSweep(wctx)
