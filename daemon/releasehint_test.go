@@ -166,3 +166,59 @@ func TestReleaseHintPushNeedsTheFleetSecret(t *testing.T) {
 		t.Fatal("a hint push wrote an ownership record")
 	}
 }
+
+// An idle release pushes its hint as a release through the API does: the
+// cell's preferred node (not the releaser) then knows what the release
+// wrote, and its first append is the If-Match claim, the seal's GET and
+// the record.
+func TestIdleReleasePushesItsHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := fakes3.NewMem()
+		f := newTestFleet()
+		const ttl = 3 * time.Second
+		a := f.open(t, m, "a", ttl, -1)
+		b := f.openConfig(t, m, Config{Node: "b", TTL: ttl, MoveRate: -1, IdleRelease: 2 * time.Second})
+		time.Sleep(ttl) // each sees the other
+		cell := ""
+		for _, c := range cellNames(64) {
+			if p, ok := preferred(c, b.members()); ok && p.Name == "a" && len(b.members()) == 2 {
+				cell = c
+				break
+			}
+		}
+		if cell == "" {
+			t.Fatalf("no cell placed on a among %v", b.members())
+		}
+		rec := httptest.NewRecorder()
+		f.handler("b").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/claim", nil))
+		if rec.Code != 200 {
+			t.Fatalf("claim on b: %d %s", rec.Code, rec.Body)
+		}
+		for b.held(cell) != nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		n, err := a.currentNode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, ok := n.ReleasedHint(cell); !ok || h.Epoch != 1 {
+			t.Fatalf("a has no hint of b's idle release: %+v %v (pushes: %v ok, %v error, %v dropped)", h, ok,
+				testCount(b.m.releaseHints.WithLabelValues(hintPushOK)), testCount(b.m.releaseHints.WithLabelValues(hintPushError)), testCount(b.m.releaseHints.WithLabelValues(hintPushDropped)))
+		}
+		var ops []string
+		remove := m.Inject(fakes3.Rule{KeyPrefix: owner.CellPrefix(cell), Match: func(op fakes3.Op, key string) bool {
+			ops = append(ops, string(op)+" "+strings.TrimPrefix(key, owner.CellPrefix(cell)))
+			return false
+		}})
+		rec = httptest.NewRecorder()
+		f.handler("a").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/append", strings.NewReader("x")))
+		remove()
+		if rec.Code != 200 || rec.Header().Get(HeaderNode) != "a" {
+			t.Fatalf("append through a: %d %s", rec.Code, rec.Body)
+		}
+		if got, want := kinds(ops), []string{"GET", "PUT", "PUT"}; !slices.Equal(got, want) {
+			t.Errorf("first append on a after b's idle release: %v, want kinds %v", ops, want)
+		}
+	})
+}
