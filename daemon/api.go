@@ -368,7 +368,8 @@ func (d *Daemon) releaseCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSONStatus(w, http.StatusOK, client.Released{Cell: r.PathValue("cell"), Node: "", Epoch: rec.Epoch, Released: true})
-	// After the answer is written, so that the push never delays it.
+	// In the background, once the answer is written: the push never
+	// delays nor fails the release.
 	d.pushReleaseHint(r.PathValue("cell"))
 }
 
