@@ -117,6 +117,7 @@ func (d *Daemon) handler(cfg APIConfig) http.Handler {
 	mux.HandleFunc("GET /v1/cells/{cell}/snapshot", d.getSnapshot)
 	mux.HandleFunc("POST /v1/cells/{cell}/trim", d.trimCell)
 	mux.HandleFunc("POST /v1/cells/{cell}/handoff", d.takeHandoff)
+	mux.HandleFunc("POST /v1/cells/{cell}/hint", d.takeReleaseHint)
 	mux.HandleFunc("POST /v1/cells/{cell}/move", d.moveCell)
 	mux.HandleFunc("POST /v1/node/drain", d.drainNode(true))
 	mux.HandleFunc("DELETE /v1/node/drain", d.drainNode(false))
@@ -368,6 +369,9 @@ func (d *Daemon) releaseCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSONStatus(w, http.StatusOK, client.Released{Cell: r.PathValue("cell"), Node: "", Epoch: rec.Epoch, Released: true})
+	// In the background, once the answer is written: the push never
+	// delays nor fails the release.
+	d.pushReleaseHint(r.PathValue("cell"))
 }
 
 // The headers of idempotent appends.

@@ -119,13 +119,16 @@ type Daemon struct {
 	fenced chan error // receives the fence error when FenceExit is set
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// bg is the context of the daemon's background work, ended by Close
+	// (nil before Open has started it).
+	bg context.Context
+	// hintPushes counts the release-hint pushes in flight (releasehint.go).
+	hintPushes atomic.Int32
 
 	idle *idleSweeper // nil when neither IdleRelease nor MaxCells is set
 
 	ret retention // what the retention sweep knows of held cells (retention.go)
 	tr  trims     // trim points seen and the background deletion below them (trim.go)
-	// bg is the context of background work, ended by Close.
-	bg context.Context
 }
 
 // cell is one cell held here: its lease and the log opened on it. mu
@@ -236,8 +239,7 @@ func Open(ctx context.Context, cfg Config, b bucket.Bucket, log *slog.Logger) (*
 	d.node = n
 	m.nodeLeaseHeld.Set(1)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	d.cancel = cancel
-	d.bg = wctx
+	d.cancel, d.bg = cancel, wctx
 	d.wg.Add(1)
 	go d.watchNode(wctx, n)
 	d.startIdleSweep(wctx)

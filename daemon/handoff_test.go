@@ -79,8 +79,16 @@ func (f *testFleet) open(t *testing.T, b bucket.Bucket, name string, ttl time.Du
 // openWith is open with the API's config.
 func (f *testFleet) openWith(t *testing.T, b bucket.Bucket, name string, ttl time.Duration, rate float64, api APIConfig) *Daemon {
 	t.Helper()
-	d, err := Open(t.Context(), Config{Node: name, Advertise: "http://" + name, TTL: ttl,
-		FleetSecret: testFleetSecret, PeerClient: &http.Client{Transport: f}, MoveRate: rate, API: api}, b, slog.New(slog.DiscardHandler))
+	return f.openConfig(t, b, Config{Node: name, TTL: ttl, MoveRate: rate, API: api})
+}
+
+// openConfig is open with the daemon's config; its address, fleet secret
+// and peer client are the fleet's.
+func (f *testFleet) openConfig(t *testing.T, b bucket.Bucket, cfg Config) *Daemon {
+	t.Helper()
+	name := cfg.Node
+	cfg.Advertise, cfg.FleetSecret, cfg.PeerClient = "http://"+name, testFleetSecret, &http.Client{Transport: f}
+	d, err := Open(t.Context(), cfg, b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

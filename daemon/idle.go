@@ -301,6 +301,9 @@ func (d *Daemon) retireIdle(ctx context.Context, p idleRetire) (bool, error) {
 		return false, err
 	}
 	d.m.cellsReleased.WithLabelValues(p.reason).Inc()
+	// A cell this node released on its own is as likely as any to be
+	// wanted again, through whichever node routing picks.
+	d.pushReleaseHint(p.name)
 	detail := "no request for " + d.cfg.IdleRelease.String()
 	if p.reason == releasedMaxCells {
 		detail = "least recently used, above the max-cells bound"

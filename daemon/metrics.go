@@ -38,6 +38,7 @@ type metrics struct {
 	moves          *prometheus.CounterVec // direction: out, in
 	movePushes     *prometheus.CounterVec // result: ok, error
 	trimDeleted    prometheus.Counter     // files deleted below trim points
+	releaseHints   *prometheus.CounterVec // result: ok, error, dropped
 }
 
 // Label values each series is created with at zero, so that a dashboard or
@@ -61,6 +62,7 @@ var (
 	unableReasons   = []string{"fenced", "draining"}
 	moveDirections  = []string{"out", "in"}
 	pushResults     = []string{"ok", "error"}
+	hintResults     = []string{hintPushOK, hintPushError, hintPushDropped}
 )
 
 // newMetrics makes the series; version is deed_build_info's label.
@@ -81,6 +83,7 @@ func newMetrics(version string) *metrics {
 	m.nodeLeaseHeld = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deed_node_lease_held", Help: "1 while this node holds its node lease."})
 	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_cells_moved_total", Help: "Cells moved between nodes, by direction (out: handed off by this node; in: claimed here on a peer's handoff)."}, []string{"direction"})
 	m.movePushes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_move_pushes_total", Help: "Handoff pushes to the target node after a move's release, by result (ok; error: the cell was left free, claimed by the next request)."}, []string{"result"})
+	m.releaseHints = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_release_hints_total", Help: "Release hints pushed to the node a released cell's next request is routed to, by result (ok: noted there; error: not delivered or refused; dropped: too many in flight, not sent)."}, []string{"result"})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_total", Help: "Requests forwarded to the peer that holds (or is placed to hold) the cell, by result (ok: its answer relayed; unreachable: not sent; rerouted: its dial failed, so routed once more without it; lost: sent, no answer; refused: the peer refused the peer proof; unverified: the answer had no valid peer proof and was not relayed)."}, []string{"result"})
 	m.forwardsUnable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deed_forwarded_unable_total", Help: "Requests for a cell this node does not hold that it forwarded to a live peer rather than refuse, because it could not serve them itself, by reason (fenced: regaining its node lease; draining). Each is also counted in deed_forwarded_total."}, []string{"reason"})
 	m.trimDeleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "deed_trim_deleted_total", Help: "Record files this node deleted in the background below its cells' trim points (covered by a snapshot, in a sealed epoch)."})
@@ -90,7 +93,7 @@ func newMetrics(version string) *metrics {
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.cellsHeld, m.cellsReleased, m.claims, m.releases, m.takeovers, m.appends, m.txnRecords, m.txnPuts,
-		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, m.forwardsUnable, m.moves, m.movePushes, m.trimDeleted, logInternal, buildInfo,
+		m.s3Requests, m.s3Latency, m.renewals, m.fences, m.nodeLeaseHeld, m.forwards, m.forwardsUnable, m.moves, m.movePushes, m.trimDeleted, m.releaseHints, logInternal, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	for _, l := range claimLabels {
@@ -99,7 +102,7 @@ func newMetrics(version string) *metrics {
 	for _, vs := range []struct {
 		vec    *prometheus.CounterVec
 		values []string
-	}{{m.cellsReleased, cellReleased}, {m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}, {m.forwardsUnable, unableReasons}, {m.moves, moveDirections}, {m.movePushes, pushResults}} {
+	}{{m.cellsReleased, cellReleased}, {m.releases, releaseResults}, {m.takeovers, takeoverReasons}, {m.appends, appendResults}, {m.renewals, renewalResults}, {m.fences, fenceReasons}, {m.forwards, forwardResults}, {m.forwardsUnable, unableReasons}, {m.moves, moveDirections}, {m.movePushes, pushResults}, {m.releaseHints, hintResults}} {
 		for _, v := range vs.values {
 			vs.vec.WithLabelValues(v)
 		}

@@ -47,7 +47,8 @@ import (
 // "unknown" (DEED-E012), as it may have been applied.
 //
 // A proof opens only what peers need: the forwarded append, batch,
-// snapshot and read (records, tail), and the handoff (peerEndpoint).
+// snapshot and read (records, tail), the handoff and the release hint
+// (peerEndpoint).
 // Everything else (claim, release, move, drain, status, metrics) needs the
 // client's bearer token.
 
@@ -194,7 +195,7 @@ func SignPeerRequest(req *http.Request, secret, from, to string, body []byte) {
 
 // peerEndpoint reports whether a peer proof may open r's endpoint: a
 // forwarded append, batch, snapshot, trim or read of a cell (its records or its
-// tail), or a handoff.
+// tail), a handoff, or a release hint.
 func peerEndpoint(r *http.Request) bool {
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/cells/")
 	if !ok {
@@ -205,7 +206,7 @@ func peerEndpoint(r *http.Request) bool {
 		return false
 	}
 	switch op {
-	case "append", "batch", "handoff", "trim":
+	case "append", "batch", "handoff", "trim", "hint":
 		return r.Method == http.MethodPost
 	case "records", "tail":
 		return r.Method == http.MethodGet

@@ -220,6 +220,7 @@ func specExchanges() []exchange {
 		{"POST", "/v1/cells/never/move?to=n1", "", auth, 400},
 		{"POST", "/v1/cells/c/handoff", "", auth, 401},
 		{"POST", "/v1/cells/c/handoff", "", []string{"Deed-Peer-Proof", "wrong"}, 401},
+		{"POST", "/v1/cells/h/hint", "", append([]string{"Deed-Handoff-ETag", `"e1"`, "Deed-Handoff-Epoch", "1", "Deed-Handoff-End", "txid=2 pos=2"}, auth...), 401},
 		{"GET", "/v1/status", "", auth, 200},
 		{"POST", "/v1/node/drain", "", auth, 200},
 		{"DELETE", "/v1/node/drain", "", auth, 200},
@@ -231,6 +232,8 @@ func specExchanges() []exchange {
 func peerExchanges() []exchange {
 	return []exchange{
 		{"POST", "/v1/cells/c/handoff", "", nil, 200},
+		{"POST", "/v1/cells/h/hint", "", []string{"Deed-Handoff-ETag", `"e1"`, "Deed-Handoff-Epoch", "1", "Deed-Handoff-End", "txid=2 pos=2"}, 204},
+		{"POST", "/v1/cells/h/hint", "", []string{"Deed-Handoff-ETag", `"e1"`}, 400},
 	}
 }
 
