@@ -6,6 +6,7 @@
 #   make test-s3  the same, plus every S3 table against versitygw (installed on first use)
 #   make test-stores  the store tables and the end-to-end scenarios on gs:// and az://
 #                 against fake-gcs-server and Azurite (installed on first use)
+#   make fuzz     the .ltx fuzzers at length (300,000 runs each; make test runs 20,000)
 #   make test-long  the end-to-end fleet runs that take most of a minute
 #                 each (planned operations, exactly-once appends under
 #                 faults); not in make test; CI runs it
@@ -55,7 +56,7 @@ AZURITE := $(AZURITE_DIR)/node_modules/azurite/dist/src/blob/main.js
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: build test test-long fault-run test-s3 versitygw test-stores fakegcs azurite test-browser lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
+.PHONY: build test fuzz test-long fault-run test-s3 versitygw test-stores fakegcs azurite test-browser lint bench bench-peers run clean sim release release-check image image-check deploy-check man vuln vuln-selftest
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/deed
@@ -72,12 +73,19 @@ build:
 # The default is a count, not a duration: Go 1.26's fuzz coordinator can
 # fail a target with a bare "context deadline exceeded" when a duration
 # runs out while a starved worker is mid-call (go.dev/issue/75804, fixed in
-# Go 1.27); a count has no deadline to race. 100,000 runs take 10-40 s
-# here, depending on the target and the load.
-FUZZTIME ?= 100000x
+# Go 1.27); a count has no deadline to race. make test runs 20,000 of
+# each (a few seconds, after the instrumented build); make fuzz, which CI
+# runs, 300,000.
+FUZZTIME ?= 20000x
 test:
 	$(GO) test -race ./...
 	$(GO) test -race -tags deedbroken -run '^TestBroken' ./replication/simulation ./replication ./daemon
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
+	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
+
+# fuzz: the two .ltx fuzzers at length (CI runs it; FUZZTIME overrides).
+fuzz: FUZZTIME = 300000x
+fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./replication
 
