@@ -102,6 +102,7 @@ func TestRetentionTrimsExpiredWithoutIdleRequests(t *testing.T) {
 	}
 	st, res := a.call(t, "GET", "/v1/cells/c/records?after=0", "")
 	wantErr(t, st, res, 410, errcode.CodeTrimmed)
+	trimDeletesDone(t, a.d) // the deletion below the trim is not the sweep's
 	before = cb.n.Load()
 	for range 100 {
 		a.d.retentionSweep(ctx)
@@ -116,6 +117,7 @@ func TestRetentionTrimsExpiredWithoutIdleRequests(t *testing.T) {
 	if p, _, _ := replication.ReadTrim(ctx, m.Client("x"), "c"); p != 5 {
 		t.Fatalf("trim point %d after every record expired; want 5", p)
 	}
+	trimDeletesDone(t, a.d)
 	before = cb.n.Load()
 	for range 100 {
 		a.d.retentionSweep(ctx)
@@ -123,4 +125,15 @@ func TestRetentionTrimsExpiredWithoutIdleRequests(t *testing.T) {
 	if got := cb.n.Load() - before; got != 0 {
 		t.Fatalf("100 sweeps of a cell whose records all expired sent %d store requests, want 0", got)
 	}
+}
+
+// trimDeletesDone waits until d's background deletion below trim points
+// has nothing left to do.
+func trimDeletesDone(t *testing.T, d *Daemon) {
+	t.Helper()
+	waitFor(t, "the background deletion below the trim point to finish", func() bool {
+		d.tr.mu.Lock()
+		defer d.tr.mu.Unlock()
+		return !d.tr.running && len(d.tr.pending) == 0
+	})
 }
