@@ -472,33 +472,16 @@ func (d *Daemon) appendRecords(w http.ResponseWriter, r *http.Request, body []by
 	if d.route(w, r, body) {
 		return
 	}
-	var (
-		c   *holding
-		res replication.BatchResult
-	)
-	// A cell retired under the append (released, moved, idle) refused it
-	// unwritten: it is tried again on the cell as it is now, a bounded
-	// number of times. A keyed append tried again is recognised by the new
-	// log if its first try landed after all.
-	for range maxRetiredRetries {
-		c, err = d.acquire(r.Context(), r.PathValue("cell"), false)
-		if err != nil {
-			if d.reroute(w, r, body, err) {
-				return
-			}
-			err = appendNotSent(err)
-			d.m.appends.WithLabelValues(resultOf(err)).Inc()
-			writeError(w, err)
-			return
-		}
-		c.c.begin()
+	// A keyed append tried again on a retired cell is recognised by the
+	// new log if its first try landed after all.
+	var res replication.BatchResult
+	c, answered, err := d.onHolder(w, r, body, r.PathValue("cell"), func(c *holding) (err error) {
 		res, err = c.log.AppendBatch(r.Context(), c.lease, recs, opts)
-		c.c.end()
-		if !c.retiredUnder(err) {
-			break
-		}
+		return err
+	})
+	if answered {
+		return
 	}
-	err = closedUnder(c, err)
 	d.m.appends.WithLabelValues(resultOf(err)).Inc()
 	if err != nil {
 		writeError(w, err)
@@ -579,6 +562,33 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, cfg APIConfig)
 		next = uint64(recs[len(recs)-1].Pos)
 	}
 	writeJSONStatus(w, http.StatusOK, client.ReadResult{Cell: name, Records: apiRecords(recs), NextAfter: next})
+}
+
+// onHolder runs op, a write of a routed request (an append, a snapshot, a
+// trim), on cell name held here, claiming it first if it is free. A cell
+// retired under op (released, moved, idle) refused it unwritten: op is
+// tried again on the cell as it is now, at most maxRetiredRetries times.
+// answered is true when the request was sent on to the cell's holder
+// instead (reroute); otherwise err is what the client is told: the
+// acquire's failure as appendNotSent says (c nil), or op's as closedUnder
+// says.
+func (d *Daemon) onHolder(w http.ResponseWriter, r *http.Request, body []byte, name string, op func(*holding) error) (c *holding, answered bool, err error) {
+	for range maxRetiredRetries {
+		c, err = d.acquire(r.Context(), name, false)
+		if err != nil {
+			if d.reroute(w, r, body, err) {
+				return nil, true, nil
+			}
+			return nil, false, appendNotSent(err)
+		}
+		c.c.begin()
+		err = op(c)
+		c.c.end()
+		if !c.retiredUnder(err) {
+			break
+		}
+	}
+	return c, false, closedUnder(c, err)
 }
 
 // maxRetiredRetries bounds how often one request is retried because the

@@ -40,27 +40,15 @@ func (d *Daemon) putSnapshot(w http.ResponseWriter, r *http.Request) {
 	if d.route(w, r, state) {
 		return
 	}
-	var (
-		c    *holding
-		snap replication.Snapshot
-	)
-	for range maxRetiredRetries {
-		c, err = d.acquire(r.Context(), r.PathValue("cell"), false)
-		if err != nil {
-			if d.reroute(w, r, state, err) {
-				return
-			}
-			writeError(w, appendNotSent(err))
-			return
-		}
-		c.c.begin()
+	var snap replication.Snapshot
+	c, answered, err := d.onHolder(w, r, state, r.PathValue("cell"), func(c *holding) (err error) {
 		snap, err = c.log.SnapshotAt(r.Context(), c.lease, replication.Pos(upTo), state)
-		c.c.end()
-		if !c.retiredUnder(err) {
-			break
-		}
+		return err
+	})
+	if answered {
+		return
 	}
-	if err = closedUnder(c, err); err != nil {
+	if err != nil {
 		writeError(w, err)
 		return
 	}

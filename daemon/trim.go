@@ -151,27 +151,15 @@ func (d *Daemon) trimCell(w http.ResponseWriter, r *http.Request) {
 	if d.route(w, r, nil) {
 		return
 	}
-	var (
-		c   *holding
-		now replication.Pos
-	)
-	for range maxRetiredRetries {
-		c, err = d.acquire(r.Context(), name, false)
-		if err != nil {
-			if d.reroute(w, r, nil, err) {
-				return
-			}
-			writeError(w, appendNotSent(err))
-			return
-		}
-		c.c.begin()
+	var now replication.Pos
+	c, answered, err := d.onHolder(w, r, nil, name, func(c *holding) (err error) {
 		now, err = d.raiseTrim(r.Context(), c, replication.Pos(before), pastSnap)
-		c.c.end()
-		if !c.retiredUnder(err) {
-			break
-		}
+		return err
+	})
+	if answered {
+		return
 	}
-	if err = closedUnder(c, err); err != nil {
+	if err != nil {
 		writeError(w, err)
 		return
 	}
