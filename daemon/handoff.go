@@ -388,11 +388,7 @@ func (d *Daemon) pushHandoff(ctx context.Context, cell string, to member, pinned
 		return got, err
 	}
 	if hint.ReleasedETag != "" {
-		pr.req.Header.Set(headerHandoffETag, hint.ReleasedETag)
-		pr.req.Header.Set(headerHandoffEpoch, strconv.FormatUint(hint.Epoch, 10))
-		if hint.End != nil {
-			pr.req.Header.Set(headerHandoffEnd, formatHandoffEnd(*hint.End))
-		}
+		setHintHeaders(pr.req.Header, hint)
 	}
 	resp, nonce, err := d.sendPeer(pr)
 	if err != nil {
@@ -440,22 +436,17 @@ func (d *Daemon) takeHandoff(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := peer.from
-	var end *owner.End
-	if v := r.Header.Get(headerHandoffEnd); v != "" {
-		e, err := parseHandoffEnd(v)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		end = &e
+	hint, err := hintHeaders(r.Header)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
-	if etag := r.Header.Get(headerHandoffETag); etag != "" {
-		epoch, err := strconv.ParseUint(r.Header.Get(headerHandoffEpoch), 10, 64)
-		if n, nerr := d.currentNode(); err == nil && nerr == nil {
+	if hint.ReleasedETag != "" && hint.Epoch != 0 {
+		if n, nerr := d.currentNode(); nerr == nil {
 			// The end rides with the ETag: the claim uses it only when
 			// its If-Match on that ETag succeeds at epoch+1 (so no claim
 			// came between), and the log reads the seal it names.
-			n.NoteHint(name, owner.Hint{ReleasedETag: etag, Epoch: epoch, End: end})
+			n.NoteHint(name, hint)
 		}
 	}
 	h, err := d.claimHere(r.Context(), name, pin)

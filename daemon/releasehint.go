@@ -148,6 +148,22 @@ func setHintHeaders(h http.Header, hint owner.Hint) {
 	}
 }
 
+// hintHeaders reads the release hint those headers carry: no ETag when
+// they carry none, epoch 0 when it is missing or not a number (no released
+// record has epoch 0); an end that does not parse is DEED-E040.
+func hintHeaders(h http.Header) (owner.Hint, error) {
+	hint := owner.Hint{ReleasedETag: h.Get(headerHandoffETag)}
+	hint.Epoch, _ = strconv.ParseUint(h.Get(headerHandoffEpoch), 10, 64)
+	if v := h.Get(headerHandoffEnd); v != "" {
+		e, err := parseHandoffEnd(v)
+		if err != nil {
+			return owner.Hint{}, err
+		}
+		hint.End = &e
+	}
+	return hint, nil
+}
+
 // takeReleaseHint serves POST /v1/cells/{cell}/hint, a peer's word that it
 // released cell (the headers of a handoff push): the hint is remembered
 // for this node's next claim of the cell, and nothing is claimed. Peers
@@ -164,20 +180,13 @@ func (d *Daemon) takeReleaseHint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	etag := r.Header.Get(headerHandoffETag)
-	epoch, err := strconv.ParseUint(r.Header.Get(headerHandoffEpoch), 10, 64)
-	if etag == "" || err != nil || epoch == 0 {
-		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "hint: %s and %s (an epoch > 0) are required; nothing noted (the pushing node runs another version: upgrade every node of the fleet together)", headerHandoffETag, headerHandoffEpoch))
-		return
+	hint, err := hintHeaders(r.Header)
+	if err == nil && (hint.ReleasedETag == "" || hint.Epoch == 0) {
+		err = errcode.Errorf(errcode.CodeBadRequest, "hint: %s and %s (an epoch > 0) are required; nothing noted (the pushing node runs another version: upgrade every node of the fleet together)", headerHandoffETag, headerHandoffEpoch)
 	}
-	var end *owner.End
-	if v := r.Header.Get(headerHandoffEnd); v != "" {
-		e, err := parseHandoffEnd(v)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		end = &e
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	n, err := d.currentNode()
 	if err != nil {
@@ -185,8 +194,8 @@ func (d *Daemon) takeReleaseHint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.held(name) == nil {
-		if cur, ok := n.ReleasedHint(name); !ok || cur.Epoch < epoch {
-			n.NoteHint(name, owner.Hint{ReleasedETag: etag, Epoch: epoch, End: end})
+		if cur, ok := n.ReleasedHint(name); !ok || cur.Epoch < hint.Epoch {
+			n.NoteHint(name, hint)
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
