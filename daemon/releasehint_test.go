@@ -31,16 +31,7 @@ func releasedElsewhereOps(t *testing.T, viaAPI bool) (ops []string, servedBy str
 	a := f.open(t, m, "a", ttl, -1) // no rebalancer: b keeps what it claims
 	b := f.open(t, m, "b", ttl, -1)
 	time.Sleep(ttl) // each sees the other
-	cell := ""
-	for _, c := range cellNames(64) {
-		if p, ok := preferred(c, b.members()); ok && p.Name == "a" && len(b.members()) == 2 {
-			cell = c
-			break
-		}
-	}
-	if cell == "" {
-		t.Fatalf("no cell placed on a among %v", b.members())
-	}
+	cell := placedOnA(t, b)
 	do := func(node, method, path, body string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		f.handler(node).ServeHTTP(rec, httptest.NewRequest(method, "http://127.0.0.1/v1/cells/"+cell+path, strings.NewReader(body)))
@@ -179,16 +170,7 @@ func TestIdleReleasePushesItsHint(t *testing.T) {
 		a := f.open(t, m, "a", ttl, -1)
 		b := f.openConfig(t, m, Config{Node: "b", TTL: ttl, MoveRate: -1, IdleRelease: 2 * time.Second})
 		time.Sleep(ttl) // each sees the other
-		cell := ""
-		for _, c := range cellNames(64) {
-			if p, ok := preferred(c, b.members()); ok && p.Name == "a" && len(b.members()) == 2 {
-				cell = c
-				break
-			}
-		}
-		if cell == "" {
-			t.Fatalf("no cell placed on a among %v", b.members())
-		}
+		cell := placedOnA(t, b)
 		rec := httptest.NewRecorder()
 		f.handler("b").ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/cells/"+cell+"/claim", nil))
 		if rec.Code != 200 {
@@ -221,4 +203,16 @@ func TestIdleReleasePushesItsHint(t *testing.T) {
 			t.Errorf("first append on a after b's idle release: %v, want kinds %v", ops, want)
 		}
 	})
+}
+
+// placedOnA is a cell that b, seeing both nodes of the fleet, places on a.
+func placedOnA(t *testing.T, b *Daemon) string {
+	t.Helper()
+	for _, c := range cellNames(64) {
+		if p, ok := preferred(c, b.members()); ok && p.Name == "a" && len(b.members()) == 2 {
+			return c
+		}
+	}
+	t.Fatalf("no cell placed on a among %v", b.members())
+	return ""
 }
