@@ -469,9 +469,6 @@ func (d *Daemon) appendRecords(w http.ResponseWriter, r *http.Request, body []by
 		writeError(w, err)
 		return
 	}
-	if d.route(w, r, body) {
-		return
-	}
 	// A keyed append tried again on a retired cell is recognised by the
 	// new log if its first try landed after all.
 	var res replication.BatchResult
@@ -564,15 +561,18 @@ func (d *Daemon) readCell(w http.ResponseWriter, r *http.Request, cfg APIConfig)
 	writeJSONStatus(w, http.StatusOK, client.ReadResult{Cell: name, Records: apiRecords(recs), NextAfter: next})
 }
 
-// onHolder runs op, a write of a routed request (an append, a snapshot, a
-// trim), on cell name held here, claiming it first if it is free. A cell
+// onHolder routes a write (an append, a snapshot, a trim; body its raw
+// body, for a forward) as an append is routed and, when it is served here,
+// runs op on cell name held here, claiming it first if it is free. A cell
 // retired under op (released, moved, idle) refused it unwritten: op is
 // tried again on the cell as it is now, at most maxRetiredRetries times.
-// answered is true when the request was sent on to the cell's holder
-// instead (reroute); otherwise err is what the client is told: the
-// acquire's failure as appendNotSent says (c nil), or op's as closedUnder
-// says.
+// answered is true when the request was sent on instead (route, reroute);
+// otherwise err is what the client is told: the acquire's failure as
+// appendNotSent says (c nil), or op's as closedUnder says.
 func (d *Daemon) onHolder(w http.ResponseWriter, r *http.Request, body []byte, name string, op func(*holding) error) (c *holding, answered bool, err error) {
+	if d.route(w, r, body) {
+		return nil, true, nil
+	}
 	for range maxRetiredRetries {
 		c, err = d.acquire(r.Context(), name, false)
 		if err != nil {

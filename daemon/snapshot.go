@@ -37,9 +37,6 @@ func (d *Daemon) putSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.Errorf(errcode.CodeBadRequest, "?upto=%q: want the last position the snapshot covers (1 or more, committed)", s))
 		return
 	}
-	if d.route(w, r, state) {
-		return
-	}
 	var snap replication.Snapshot
 	c, answered, err := d.onHolder(w, r, state, r.PathValue("cell"), func(c *holding) (err error) {
 		snap, err = c.log.SnapshotAt(r.Context(), c.lease, replication.Pos(upTo), state)

@@ -148,9 +148,6 @@ func (d *Daemon) trimCell(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if d.route(w, r, nil) {
-		return
-	}
 	var now replication.Pos
 	c, answered, err := d.onHolder(w, r, nil, name, func(c *holding) (err error) {
 		now, err = d.raiseTrim(r.Context(), c, replication.Pos(before), pastSnap)
